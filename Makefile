@@ -1,0 +1,31 @@
+# Two commands on a fresh machine: `make demo` and `make test`. Both bootstrap .venv.
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-stamp
+
+.PHONY: demo test lint bench clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(PY) -m tracewire demo
+
+test: $(STAMP)
+	$(PY) -m ruff check src tests bench
+	$(PY) -m mypy
+	$(PY) -m pytest
+
+lint: $(STAMP)
+	$(PY) -m ruff check src tests bench
+	$(PY) -m mypy
+
+bench: $(STAMP)
+	for b in bench/*.py; do $(PY) $$b || exit 1; done
+
+clean:
+	rm -rf $(VENV) build *.egg-info src/*.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,122 @@
+"""tracewire: token-exact recording of LLM agent rollouts, streamed, stored and viewed.
+
+The public API is re-exported here; everything else is private. Heavier parts (proxy,
+store, env server, viewer) load lazily on first attribute access so ``import tracewire``
+stays cheap.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from ._errors import (
+    BusyError,
+    CorruptRecordError,
+    DecodeError,
+    DeltaError,
+    EnvError,
+    HookError,
+    LimitError,
+    ModelError,
+    PhaseTimeout,
+    ProtocolError,
+    ProxyError,
+    RunTimeout,
+    SampleError,
+    SchemaVersionError,
+    ServeError,
+    SessionError,
+    StoreError,
+    TracewireError,
+    UpstreamError,
+    WorkerDiedError,
+)
+from .trace import (
+    SCHEMA_VERSION,
+    Branch,
+    Call,
+    Columns,
+    Episode,
+    ErrorInfo,
+    Link,
+    Message,
+    Node,
+    Reward,
+    Span,
+    ToolCall,
+    Trace,
+)
+
+__version__ = "0.1.0"
+
+# name -> module; resolved on first access (PEP 562).
+_LAZY: dict[str, str] = {
+    "codec": "tracewire.codec",
+    "open_run": "tracewire.store",
+    "Run": "tracewire.store",
+    "LoopLagProbe": "tracewire.store",
+    "ModelServer": "tracewire.model",
+    "Proxy": "tracewire.proxy",
+    "SessionClient": "tracewire.samples",
+    "Environment": "tracewire.env",
+    "evaluate": "tracewire.env",
+    "EnvClient": "tracewire.serve",
+}
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "Branch",
+    "BusyError",
+    "Call",
+    "Columns",
+    "CorruptRecordError",
+    "DecodeError",
+    "DeltaError",
+    "EnvClient",
+    "EnvError",
+    "Environment",
+    "Episode",
+    "ErrorInfo",
+    "HookError",
+    "LimitError",
+    "Link",
+    "LoopLagProbe",
+    "Message",
+    "ModelError",
+    "ModelServer",
+    "Node",
+    "PhaseTimeout",
+    "ProtocolError",
+    "Proxy",
+    "ProxyError",
+    "Reward",
+    "Run",
+    "RunTimeout",
+    "SampleError",
+    "SchemaVersionError",
+    "ServeError",
+    "SessionClient",
+    "SessionError",
+    "Span",
+    "StoreError",
+    "ToolCall",
+    "Trace",
+    "TracewireError",
+    "UpstreamError",
+    "WorkerDiedError",
+    "__version__",
+    "codec",
+    "evaluate",
+    "open_run",
+]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'tracewire' has no attribute {name!r}")
+    mod = importlib.import_module(module)
+    value = mod if module.endswith(name) else getattr(mod, name)
+    globals()[name] = value
+    return value

@@ -1,0 +1,133 @@
+"""The one error tree of tracewire.
+
+Every error raised on purpose by tracewire derives from :class:`TracewireError` and also from
+the built-in exception it stands in for, so ``except ValueError`` keeps working::
+
+    TracewireError (Exception)
+    ├── DecodeError (ValueError)            malformed, truncated, version- or CRC-failing bytes
+    │   └── DeltaError                      a delta that does not apply (lost, reordered, unknown)
+    ├── SchemaVersionError (DecodeError)    bytes written by another schema version
+    ├── LimitError (ValueError)             input over a configured bound (size, turns, sessions)
+    ├── StoreError (OSError)                run directory cannot be written or read
+    │   └── CorruptRecordError              a record on disk fails its CRC or framing
+    ├── ModelError (RuntimeError)           built-in model: bad request or generation failure
+    ├── ProxyError (RuntimeError)           proxy/session server failure
+    │   └── UpstreamError                   the upstream model server failed or answered badly
+    ├── SessionError (LookupError)          unknown, expired or deleted session
+    ├── SampleError (ValueError)            samples cannot be assembled
+    │   └── HookError                       a user hook raised; names the hook
+    ├── EnvError (RuntimeError)             environment cannot be loaded or run
+    │   └── PhaseTimeout (TimeoutError)     a rollout phase ran past its deadline
+    └── ServeError (RuntimeError)           env server / client failure
+        ├── BusyError                       server queue full
+        ├── WorkerDiedError                 the worker running a request died
+        ├── RunTimeout (TimeoutError)       a run exceeded its deadline
+        └── ProtocolError (ValueError)      malformed frame or version mismatch
+
+Errors from zmq, aiohttp and sqlite are translated at the boundary with ``raise ... from exc``.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "BusyError",
+    "CorruptRecordError",
+    "DecodeError",
+    "DeltaError",
+    "EnvError",
+    "HookError",
+    "LimitError",
+    "ModelError",
+    "PhaseTimeout",
+    "ProtocolError",
+    "ProxyError",
+    "RunTimeout",
+    "SampleError",
+    "SchemaVersionError",
+    "ServeError",
+    "SessionError",
+    "StoreError",
+    "TracewireError",
+    "UpstreamError",
+    "WorkerDiedError",
+]
+
+
+class TracewireError(Exception):
+    """Root of every error tracewire raises on purpose."""
+
+
+class DecodeError(TracewireError, ValueError):
+    """Bytes that cannot be decoded: malformed, truncated, wrong version or failing a CRC."""
+
+
+class DeltaError(DecodeError):
+    """A delta that cannot be applied: lost, reordered, or for an unknown trace."""
+
+
+class SchemaVersionError(DecodeError):
+    """Data written by a schema version this build cannot read."""
+
+
+class LimitError(TracewireError, ValueError):
+    """Input over a configured bound (body size, turns, tokens, sessions, nodes)."""
+
+
+class StoreError(TracewireError, OSError):
+    """A run directory cannot be written or read (disk full, permissions, bad layout)."""
+
+
+class CorruptRecordError(StoreError):
+    """A stored record fails its framing or CRC check."""
+
+
+class ModelError(TracewireError, RuntimeError):
+    """The built-in model rejected a request or failed to generate."""
+
+
+class ProxyError(TracewireError, RuntimeError):
+    """The interception proxy or session server failed."""
+
+
+class UpstreamError(ProxyError):
+    """The upstream model server failed, timed out or answered with something unusable."""
+
+
+class SessionError(TracewireError, LookupError):
+    """An unknown, expired or deleted session."""
+
+
+class SampleError(TracewireError, ValueError):
+    """Training samples cannot be assembled from a trace."""
+
+
+class HookError(SampleError):
+    """A user-supplied hook (picker, postprocessor, request/response hook) raised."""
+
+
+class EnvError(TracewireError, RuntimeError):
+    """An environment cannot be loaded or a rollout cannot run."""
+
+
+class PhaseTimeout(EnvError, TimeoutError):
+    """A rollout phase (boot, setup, agent, finalize, scoring) ran past its deadline."""
+
+
+class ServeError(TracewireError, RuntimeError):
+    """The env server or its client failed."""
+
+
+class BusyError(ServeError):
+    """The env server's bounded queue is full; try again later or elsewhere."""
+
+
+class WorkerDiedError(ServeError):
+    """The worker process running a request died before answering."""
+
+
+class RunTimeout(ServeError, TimeoutError):
+    """A run exceeded its server- or client-side deadline."""
+
+
+class ProtocolError(ServeError, ValueError):
+    """A malformed frame, or a peer speaking another protocol/schema version."""

@@ -1,0 +1,36 @@
+"""Data model: episodes, traces, message-graph nodes, calls, and token columns."""
+
+from ._branch import Branch
+from ._columns import BASE_COLUMNS, Columns
+from ._model import (
+    SCHEMA_VERSION,
+    Call,
+    ErrorInfo,
+    Link,
+    Message,
+    Node,
+    Reward,
+    Span,
+    ToolCall,
+)
+from ._trace import SCALAR_FIELDS, Episode, Trace, Watcher, new_id
+
+__all__ = [
+    "BASE_COLUMNS",
+    "SCALAR_FIELDS",
+    "SCHEMA_VERSION",
+    "Branch",
+    "Call",
+    "Columns",
+    "Episode",
+    "ErrorInfo",
+    "Link",
+    "Message",
+    "Node",
+    "Reward",
+    "Span",
+    "ToolCall",
+    "Trace",
+    "Watcher",
+    "new_id",
+]
