@@ -1,0 +1,231 @@
+"""Binary codec: a small msgpack header plus raw column buffers, in two framings.
+
+*Frames* (for ZMQ multipart): ``[b"TW" + u16 schema + header, buf0, buf1, ...]``; encoding
+shares the columns' memory and decoding wraps the received buffers with ``np.frombuffer``,
+so neither copies token data.
+
+*Record* (for disk): one contiguous byte string, self-checking::
+
+    0   magic      4s   b"TWR1"
+    4   schema     u16  schema version of the header
+    6   flags      u16  reserved, 0
+    8   hlen       u32  header length
+    12  nbuf       u32  number of buffers
+    16  total      u64  length of the whole record
+    24  hcrc       u32  CRC32C of bytes 0..24, the buffer table and the header
+    28  bcrc       u32  CRC32C of everything after the header (buffers and padding)
+    32  table      nbuf x (u64 offset from record start, u64 nbytes)
+    ..  header     hlen bytes of msgpack
+    ..  buffers    each starting at an 8-byte aligned offset
+
+A record is built from frames without decoding the header (``frames_to_record``), so bytes
+received over the wire are persisted as they are.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Sequence
+from typing import Any
+
+import crc32c
+import msgspec
+
+from .._errors import DecodeError, SchemaVersionError
+from ..trace import SCHEMA_VERSION, Episode, Trace
+from ._arrays import Buffer, arrays_state, dec_hook, enc_hook
+from ._delta import EpisodeDelta
+from ._headers import (
+    EpisodeHeader,
+    TraceHeader,
+    episode_from_header,
+    episode_header,
+    trace_from_header,
+    trace_header,
+)
+
+__all__ = [
+    "RECORD_PREFIX",
+    "Decoded",
+    "decode_frames",
+    "decode_record",
+    "encode_frames",
+    "encode_record",
+    "frames_to_record",
+    "encoded_size",
+    "record_length",
+]
+
+#: What the binary codec decodes to.
+Decoded = Episode | Trace | EpisodeDelta
+Encodable = Episode | Trace | EpisodeDelta | EpisodeHeader | TraceHeader
+
+_FRAME_PREFIX = struct.Struct("<2sH")
+_RECORD = struct.Struct("<4sHHIIQII")
+#: Size of the fixed record prefix, enough to learn a record's total length.
+RECORD_PREFIX = _RECORD.size
+_ENTRY = struct.Struct("<QQ")
+_MAGIC = b"TWR1"
+_MAX_BUFFERS = 1 << 16
+_PAD = bytes(8)
+
+_encoder = msgspec.msgpack.Encoder(enc_hook=enc_hook)
+_decoder = msgspec.msgpack.Decoder(EpisodeHeader | TraceHeader | EpisodeDelta, dec_hook=dec_hook)
+
+
+def _header_of(obj: Encodable) -> EpisodeHeader | TraceHeader | EpisodeDelta:
+    if isinstance(obj, Episode):
+        return episode_header(obj)
+    if isinstance(obj, Trace):
+        return trace_header(obj)
+    return obj
+
+
+def _encode(obj: Encodable) -> tuple[bytes, list[Buffer]]:
+    state = arrays_state
+    state.out = []
+    try:
+        header = _encoder.encode(_header_of(obj))
+        return header, state.out
+    finally:
+        state.out = []
+
+
+def encode_frames(obj: Encodable) -> list[Buffer]:
+    """Encode to ZMQ-style frames; column memory is shared, not copied."""
+    header, bufs = _encode(obj)
+    return [_FRAME_PREFIX.pack(b"TW", SCHEMA_VERSION) + header, *bufs]
+
+
+def _check_schema(version: int) -> None:
+    if not 1 <= version <= SCHEMA_VERSION:
+        raise SchemaVersionError(
+            f"data has schema version {version}; this build reads 1..{SCHEMA_VERSION}"
+        )
+
+
+def _decode_header(header: Buffer, bufs: Sequence[Buffer]) -> Decoded:
+    state = arrays_state
+    state.inp, state.used = bufs, 0
+    try:
+        obj = _decoder.decode(header)
+        if state.used != len(bufs):
+            raise DecodeError(f"{len(bufs)} buffers given, header references {state.used}")
+        if isinstance(obj, EpisodeHeader):
+            return episode_from_header(obj)
+        if isinstance(obj, TraceHeader):
+            return trace_from_header(obj)
+        return obj
+    except msgspec.DecodeError as exc:
+        raise DecodeError(f"malformed header: {exc}") from exc
+    except (ValueError, TypeError, IndexError, OverflowError) as exc:
+        if isinstance(exc, DecodeError):
+            raise
+        raise DecodeError(f"invalid content: {exc}") from exc
+    finally:
+        state.inp, state.used = (), 0
+
+
+def decode_frames(frames: Sequence[Buffer]) -> Decoded:
+    """Decode frames from :func:`encode_frames`; raises ``DecodeError`` on anything bad."""
+    if not frames:
+        raise DecodeError("no frames")
+    first = memoryview(frames[0])
+    if first.nbytes < _FRAME_PREFIX.size:
+        raise DecodeError("first frame too short for a tracewire header")
+    magic, version = _FRAME_PREFIX.unpack_from(first)
+    if magic != b"TW":
+        raise DecodeError(f"not a tracewire frame (magic {bytes(magic)!r})")
+    _check_schema(version)
+    return _decode_header(first[_FRAME_PREFIX.size :], frames[1:])
+
+
+def _align(n: int) -> int:
+    return (n + 7) & ~7
+
+
+def frames_to_record(frames: Sequence[Buffer]) -> list[Buffer]:
+    """Turn frames into the parts of one record (join them, or ``writev`` them) without
+    decoding the header. Computes the CRCs; costs one pass over the bytes."""
+    if not frames:
+        raise DecodeError("no frames")
+    first = memoryview(frames[0])
+    if first.nbytes < _FRAME_PREFIX.size or bytes(first[:2]) != b"TW":
+        raise DecodeError("not a tracewire frame")
+    (_, version) = _FRAME_PREFIX.unpack_from(first)
+    header = first[_FRAME_PREFIX.size :]
+    bufs = [memoryview(b) for b in frames[1:]]
+    table_len = _ENTRY.size * len(bufs)
+    pos = _align(RECORD_PREFIX + table_len + header.nbytes)
+    head_pad = pos - (RECORD_PREFIX + table_len + header.nbytes)
+    entries = bytearray()
+    body: list[Buffer] = [_PAD[:head_pad]] if head_pad else []
+    bcrc = crc32c.crc32c(body[0]) if body else 0
+    for b in bufs:
+        entries += _ENTRY.pack(pos, b.nbytes)
+        body.append(b)
+        bcrc = crc32c.crc32c(b, bcrc)
+        pad = _align(b.nbytes) - b.nbytes
+        if pad:
+            body.append(_PAD[:pad])
+            bcrc = crc32c.crc32c(_PAD[:pad], bcrc)
+        pos += _align(b.nbytes)
+    fixed = _RECORD.pack(_MAGIC, version, 0, header.nbytes, len(bufs), pos, 0, 0)[:24]
+    hcrc = crc32c.crc32c(header, crc32c.crc32c(bytes(entries), crc32c.crc32c(fixed)))
+    prefix = fixed + struct.pack("<II", hcrc, bcrc)
+    return [prefix, bytes(entries), header, *body]
+
+
+def encode_record(obj: Encodable) -> list[Buffer]:
+    """Encode to the parts of one record: write them in order (``os.writev``) or join them."""
+    return frames_to_record(encode_frames(obj))
+
+
+def record_length(prefix: Buffer) -> int:
+    """Total length of the record whose first ``RECORD_PREFIX`` bytes are ``prefix``."""
+    mv = memoryview(prefix)
+    if mv.nbytes < RECORD_PREFIX:
+        raise DecodeError(f"record prefix needs {RECORD_PREFIX} bytes, got {mv.nbytes}")
+    magic, _, _, hlen, nbuf, total, _, _ = _RECORD.unpack_from(mv)
+    if magic != _MAGIC:
+        raise DecodeError(f"not a tracewire record (magic {bytes(magic)!r})")
+    if nbuf > _MAX_BUFFERS or total < RECORD_PREFIX + nbuf * _ENTRY.size + hlen:
+        raise DecodeError("record prefix is inconsistent")
+    return int(total)
+
+
+def decode_record(data: Buffer, *, verify: bool = True) -> Decoded:
+    """Decode one record (bytes, memoryview or mmap slice) without copying its buffers.
+
+    With ``verify`` both CRCs are checked. Anything malformed raises ``DecodeError``.
+    """
+    mv = memoryview(data)
+    total = record_length(mv)
+    if mv.nbytes < total:
+        raise DecodeError(f"record truncated: {mv.nbytes} of {total} bytes")
+    _, version, _, hlen, nbuf, _, hcrc, bcrc = _RECORD.unpack_from(mv)
+    table_end = RECORD_PREFIX + nbuf * _ENTRY.size
+    header = mv[table_end : table_end + hlen]
+    if verify:
+        got = crc32c.crc32c(mv[table_end : table_end + hlen],
+                            crc32c.crc32c(mv[RECORD_PREFIX:table_end], crc32c.crc32c(mv[:24])))
+        if got != hcrc:
+            raise DecodeError("record header fails its CRC")
+        if crc32c.crc32c(mv[table_end + hlen : total]) != bcrc:
+            raise DecodeError("record buffers fail their CRC")
+    _check_schema(version)
+    bufs: list[Buffer] = []
+    lo = table_end + hlen
+    for i in range(nbuf):
+        off, n = _ENTRY.unpack_from(mv, RECORD_PREFIX + i * _ENTRY.size)
+        if off < lo or off + n > total:
+            raise DecodeError(f"buffer {i} lies outside the record")
+        bufs.append(mv[off : off + n])
+    return _decode_header(header, bufs)
+
+
+def encoded_size(parts: Sequence[Buffer]) -> int:
+    """Total bytes of a list of frames or record parts."""
+    return sum(memoryview(p).nbytes for p in parts)
+
+

@@ -1,0 +1,163 @@
+"""Wire/disk headers for episodes and traces, and conversion to and from the live objects.
+
+A header is everything but the token memory; columns appear as array fields that the
+array hooks turn into separate buffers. Conversion shares references (no copies): encoding
+a trace builds one small Struct around its existing lists and array views.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+import numpy as np
+
+from ..trace import (
+    SCHEMA_VERSION,
+    Call,
+    Columns,
+    Episode,
+    ErrorInfo,
+    Node,
+    Reward,
+    Span,
+    Trace,
+)
+
+__all__ = ["EpisodeHeader", "TraceHeader", "episode_from_header", "episode_header",
+           "trace_from_header", "trace_header", "validate_trace"]
+
+
+class TraceHeader(msgspec.Struct, tag="trace", kw_only=True, omit_defaults=True):
+    """A whole trace: its fields plus its columns (as buffer references)."""
+
+    id: str
+    schema: int = SCHEMA_VERSION
+    agent: dict[str, Any] = msgspec.field(default_factory=dict)
+    nodes: list[Node] = msgspec.field(default_factory=list)
+    calls: list[Call] = msgspec.field(default_factory=list)
+    errors: list[ErrorInfo] = msgspec.field(default_factory=list)
+    timing: dict[str, Span] = msgspec.field(default_factory=dict)
+    rewards: dict[str, Reward] = msgspec.field(default_factory=dict)
+    metrics: dict[str, float] = msgspec.field(default_factory=dict)
+    info: dict[str, Any] = msgspec.field(default_factory=dict)
+    stop: str | None = None
+    completed: bool = False
+    ok: bool = True
+    columns: dict[str, np.ndarray] = msgspec.field(default_factory=dict)
+
+
+class EpisodeHeader(msgspec.Struct, tag="episode", kw_only=True, omit_defaults=True):
+    """A whole episode: its identity, grouping, timing, errors and traces."""
+
+    id: str
+    schema: int = SCHEMA_VERSION
+    env: str = ""
+    task_key: str = ""
+    task: dict[str, Any] = msgspec.field(default_factory=dict)
+    group_id: str | None = None
+    group_index: int = 0
+    run: str = ""
+    ok: bool = True
+    errors: list[ErrorInfo] = msgspec.field(default_factory=list)
+    timing: dict[str, Span] = msgspec.field(default_factory=dict)
+    info: dict[str, Any] = msgspec.field(default_factory=dict)
+    traces: list[TraceHeader] = msgspec.field(default_factory=list)
+
+
+def trace_header(t: Trace) -> TraceHeader:
+    """Header of a live trace (shares its lists and column views)."""
+    return TraceHeader(
+        id=t.id,
+        schema=t.schema,
+        agent=t.agent,
+        nodes=t.nodes,
+        calls=t.calls,
+        errors=t.errors,
+        timing=t.timing,
+        rewards=t.rewards,
+        metrics=t.metrics,
+        info=t.info,
+        stop=t.stop,
+        completed=t.completed,
+        ok=t.ok,
+        columns=t.tokens.arrays(),
+    )
+
+
+def validate_trace(nodes: list[Node], calls: list[Call], n_tokens: int, base: int = 0) -> None:
+    """Check graph and slice invariants of nodes appended after ``base`` existing nodes.
+
+    Raises ``ValueError`` naming the first broken invariant.
+    """
+    for k, node in enumerate(nodes, start=base):
+        p = node.parent
+        if p is not None and not 0 <= p < k:
+            raise ValueError(f"node {k} has parent {p}, which is not an earlier node")
+        if not 0 <= node.start <= node.end <= n_tokens:
+            raise ValueError(f"node {k} slice [{node.start}, {node.end}) outside 0..{n_tokens}")
+        for link in node.links:
+            if link.target < 0:
+                raise ValueError(f"node {k} links to negative node {link.target}")
+    total = base + len(nodes)
+    for j, call in enumerate(calls):
+        for ref in (call.node, call.prompt_node):
+            if ref is not None and not 0 <= ref < total:
+                raise ValueError(f"call {j} refers to missing node {ref}")
+
+
+def trace_from_header(h: TraceHeader) -> Trace:
+    """Rebuild a live trace from a decoded header (columns adopted without copying)."""
+    cols = h.columns
+    tokens = Columns.from_arrays(cols) if cols else Columns()
+    validate_trace(h.nodes, h.calls, len(tokens))
+    t = Trace(h.id, agent=h.agent, tokens=tokens)
+    t.schema = h.schema
+    t.nodes = h.nodes
+    t.calls = h.calls
+    t.errors = h.errors
+    t.timing = h.timing
+    t.rewards = h.rewards
+    t.metrics = h.metrics
+    t.info = h.info
+    t.stop = h.stop
+    t.completed = h.completed
+    t.ok = h.ok
+    return t
+
+
+def episode_header(e: Episode) -> EpisodeHeader:
+    """Header of a live episode and all its traces."""
+    return EpisodeHeader(
+        id=e.id,
+        env=e.env,
+        task_key=e.task_key,
+        task=e.task,
+        group_id=e.group_id,
+        group_index=e.group_index,
+        run=e.run,
+        ok=e.ok,
+        errors=e.errors,
+        timing=e.timing,
+        info=e.info,
+        traces=[trace_header(t) for t in e.traces],
+    )
+
+
+def episode_from_header(h: EpisodeHeader) -> Episode:
+    """Rebuild a live episode from a decoded header."""
+    e = Episode(
+        h.id,
+        env=h.env,
+        task_key=h.task_key,
+        task=h.task,
+        group_id=h.group_id,
+        group_index=h.group_index,
+        run=h.run,
+        traces=[trace_from_header(t) for t in h.traces],
+    )
+    e.ok = h.ok
+    e.errors = h.errors
+    e.timing = h.timing
+    e.info = h.info
+    return e
