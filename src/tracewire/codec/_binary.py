@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Sequence
-from typing import Any
 
 import crc32c
 import msgspec
@@ -51,8 +50,8 @@ __all__ = [
     "decode_record",
     "encode_frames",
     "encode_record",
-    "frames_to_record",
     "encoded_size",
+    "frames_to_record",
     "record_length",
 ]
 
@@ -108,7 +107,7 @@ def _decode_header(header: Buffer, bufs: Sequence[Buffer]) -> Decoded:
     state = arrays_state
     state.inp, state.used = bufs, 0
     try:
-        obj = _decoder.decode(header)
+        obj: EpisodeHeader | TraceHeader | EpisodeDelta = _decoder.decode(header)
         if state.used != len(bufs):
             raise DecodeError(f"{len(bufs)} buffers given, header references {state.used}")
         if isinstance(obj, EpisodeHeader):
@@ -207,8 +206,10 @@ def decode_record(data: Buffer, *, verify: bool = True) -> Decoded:
     table_end = RECORD_PREFIX + nbuf * _ENTRY.size
     header = mv[table_end : table_end + hlen]
     if verify:
-        got = crc32c.crc32c(mv[table_end : table_end + hlen],
-                            crc32c.crc32c(mv[RECORD_PREFIX:table_end], crc32c.crc32c(mv[:24])))
+        got = crc32c.crc32c(
+            mv[table_end : table_end + hlen],
+            crc32c.crc32c(mv[RECORD_PREFIX:table_end], crc32c.crc32c(mv[:24])),
+        )
         if got != hcrc:
             raise DecodeError("record header fails its CRC")
         if crc32c.crc32c(mv[table_end + hlen : total]) != bcrc:
@@ -227,5 +228,3 @@ def decode_record(data: Buffer, *, verify: bool = True) -> Decoded:
 def encoded_size(parts: Sequence[Buffer]) -> int:
     """Total bytes of a list of frames or record parts."""
     return sum(memoryview(p).nbytes for p in parts)
-
-

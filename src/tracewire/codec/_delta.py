@@ -65,7 +65,7 @@ class TraceDelta(msgspec.Struct, kw_only=True, omit_defaults=True):
     rewards: dict[str, Reward] | UnsetType = UNSET
     metrics: dict[str, float] | UnsetType = UNSET
     info: dict[str, Any] | UnsetType = UNSET
-    stop: str | None | UnsetType = UNSET
+    stop: str | UnsetType | None = UNSET
     completed: bool | UnsetType = UNSET
     ok: bool | UnsetType = UNSET
     pending: list[Message] | UnsetType = UNSET
@@ -134,12 +134,13 @@ _decoders = {name: msgspec.msgpack.Decoder(tp) for name, tp in _SCALARS.items()}
 class TraceSender:
     """Produces a trace's deltas and remembers what the receiver has."""
 
-    __slots__ = ("_last", "_proposed", "_reset", "cursor", "trace")
+    __slots__ = ("_cols", "_last", "_proposed", "_reset", "cursor", "trace")
 
     def __init__(self, trace: Trace) -> None:
         self.trace = trace
         self.cursor = Cursor()
         self._last: dict[str, bytes] = {}
+        self._cols: list[str] = []  # column names the receiver knows
         self._proposed: tuple[TraceDelta, dict[str, bytes]] | None = None
         self._reset = False
 
@@ -147,6 +148,7 @@ class TraceSender:
         """Make the next delta tell the receiver to drop this trace and start over."""
         self.cursor = Cursor()
         self._last.clear()
+        self._cols = []
         self._reset = True
 
     def delta(self) -> TraceDelta | None:
@@ -161,8 +163,11 @@ class TraceSender:
                 snaps[name] = raw
                 fields[name] = value if name in _IMMUTABLE else _decoders[name].decode(raw)
         n_tok = len(t.tokens)
+        # New (even still empty) columns must reach the receiver with their dtype and shape.
+        new_cols = t.tokens.names() != self._cols
         changed = (
             fields
+            or new_cols
             or self._reset
             or len(t.nodes) != c.nodes
             or n_tok != c.tokens
@@ -179,7 +184,7 @@ class TraceSender:
             nodes=t.nodes[c.nodes :],
             calls=t.calls[c.calls :],
             errors=t.errors[c.errors :],
-            columns=t.tokens.slice(c.tokens, n_tok) if n_tok != c.tokens else {},
+            columns=t.tokens.slice(c.tokens, n_tok) if n_tok != c.tokens or new_cols else {},
             **fields,
         )
         self._proposed = (d, snaps)
@@ -191,6 +196,8 @@ class TraceSender:
             raise DeltaError("commit() of a delta that is not the last one produced")
         self.cursor = delta.end
         self._last.update(self._proposed[1])
+        if delta.columns:
+            self._cols = list(delta.columns)
         self._reset = False
         self._proposed = None
 
@@ -242,8 +249,12 @@ class EpisodeSender:
         for t in e.traces:
             present.add(t.id)
             sender = self._senders.get(t.id)
-            if sender is None or sender.trace is not t:
+            if sender is None:
                 sender = self._senders[t.id] = TraceSender(t)
+            elif sender.trace is not t:
+                # Same id, new object: a retried attempt replaced the trace; start over.
+                sender.trace = t
+                sender.discard()
             td = sender.delta()
             if td is not None:
                 parts.append((sender, td))

@@ -24,8 +24,15 @@ from ..trace import (
     Trace,
 )
 
-__all__ = ["EpisodeHeader", "TraceHeader", "episode_from_header", "episode_header",
-           "trace_from_header", "trace_header", "validate_trace"]
+__all__ = [
+    "EpisodeHeader",
+    "TraceHeader",
+    "episode_from_header",
+    "episode_header",
+    "trace_from_header",
+    "trace_header",
+    "validate_trace",
+]
 
 
 class TraceHeader(msgspec.Struct, tag="trace", kw_only=True, omit_defaults=True):

@@ -40,6 +40,7 @@ class Trace:
     """One agent's record within an episode: message graph, calls, errors and token columns."""
 
     __slots__ = (
+        "_watchers",
         "agent",
         "calls",
         "completed",
@@ -55,7 +56,6 @@ class Trace:
         "stop",
         "timing",
         "tokens",
-        "_watchers",
     )
 
     def __init__(
