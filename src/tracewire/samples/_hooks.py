@@ -1,0 +1,64 @@
+"""Default hooks for trees: which leaves become samples, and who trains a shared turn.
+
+Both are plain callables the caller may replace; they run in a worker thread, and an
+exception in either becomes a :class:`tracewire.HookError` naming the hook.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from ..trace import Trace
+from ._sample import Sample
+
+__all__ = ["Picker", "Postprocess", "default_picker", "default_postprocess"]
+
+#: ``picker(trace, leaves) -> leaves to keep``; ``leaves`` are the leaf node indices whose
+#: branch holds at least one model turn, in creation order.
+Picker = Callable[[Trace, list[int]], Sequence[int]]
+#: ``postprocess(trace, samples) -> samples``; samples come in leaf order.
+Postprocess = Callable[[Trace, list[Sample]], Sequence[Sample]]
+
+
+def default_picker(trace: Trace, leaves: list[int]) -> list[int]:
+    """Drop retried attempts: a leaf is superseded when its parent got a later child (the
+    harness asked again from the same point). Dropped leaves are listed in the payload."""
+    nodes = trace.nodes
+    # Latest child index per parent; node indices grow with creation time.
+    latest: dict[int, int] = {}
+    for i in range(len(nodes)):
+        p = nodes[i].parent
+        if p is not None:
+            latest[p] = i
+    keep: list[int] = []
+    for leaf in leaves:
+        p = nodes[leaf].parent
+        if p is None or latest.get(p, leaf) <= leaf:
+            keep.append(leaf)
+    return keep
+
+
+def default_postprocess(trace: Trace, samples: list[Sample]) -> list[Sample]:
+    """Make each shared model turn trainable only in the earliest sample holding it: later
+    samples get mask 0 over the part of that completion the earlier ones already cover."""
+    covered: dict[int, int] = {}  # completion node -> tokens of it already trainable
+    for s in samples:
+        mask = s.loss_mask
+        copied = False
+        for node, start, end in s.spans:
+            have = covered.get(node, 0)
+            if have:
+                stop = min(end, start + have)
+                if stop > start:
+                    if not copied:
+                        # Sample arrays may be views of the trace's columns: copy first.
+                        mask = np.array(mask, dtype=np.uint8)
+                        copied = True
+                    mask[start:stop] = 0
+            covered[node] = max(have, end - start)
+        if copied:
+            mask.flags.writeable = False
+            s.loss_mask = mask
+    return samples
