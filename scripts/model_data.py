@@ -13,7 +13,8 @@ import random
 from typing import Any
 
 ARITH_SYSTEM = "You are a math tutor. Show the calculation, then end with 'Answer: <number>'."
-TOOLS_SYSTEM = "You can call tools. Use a tool to compute the result, then reply with 'Answer: <number>'."
+TOOLS_SYSTEM = ("You can call tools. Use a tool to compute the result, then reply with "
+                "'Answer: <number>'.")
 GUESS_SYSTEM = "You are playing a number guessing game. Reply with only your guess."
 COMMAND_SYSTEM = "Answer with one word."
 
@@ -23,13 +24,14 @@ CALCULATOR = {"type": "function", "function": {
     "parameters": {"type": "object", "properties": {
         "expression": {"type": "string", "description": "for example (3 + 4) * 5"}},
         "required": ["expression"]}}}
+UNITS = ["km", "mi", "kg", "lb", "m", "ft", "C", "F", "l", "gal"]
 CONVERT = {"type": "function", "function": {
     "name": "convert_units",
     "description": "Convert a value from one unit to another.",
     "parameters": {"type": "object", "properties": {
         "value": {"type": "number"},
-        "from_unit": {"type": "string", "enum": ["km", "mi", "kg", "lb", "m", "ft", "C", "F", "l", "gal"]},
-        "to_unit": {"type": "string", "enum": ["km", "mi", "kg", "lb", "m", "ft", "C", "F", "l", "gal"]}},
+        "from_unit": {"type": "string", "enum": UNITS},
+        "to_unit": {"type": "string", "enum": UNITS}},
         "required": ["value", "from_unit", "to_unit"]}}}
 TOOLS = [CALCULATOR, CONVERT]
 
@@ -41,7 +43,7 @@ FACTORS = {("km", "mi"): 0.621371, ("mi", "km"): 1.609344, ("kg", "lb"): 2.20462
 def fmt(x: float) -> str:
     """The one number format of tool results and answers: integers plain, else 4 decimals."""
     if abs(x - round(x)) < 1e-9:
-        return str(int(round(x)))
+        return str(round(x))
     return f"{x:.4f}".rstrip("0").rstrip(".")
 
 
@@ -58,7 +60,7 @@ def calculate(expression: str) -> float:
     """The ``calculator`` tool (digits, + - * / parentheses and spaces only)."""
     if not expression or any(c not in "0123456789+-*/(). " for c in expression):
         raise ValueError("unsupported character")
-    return float(eval(expression, {"__builtins__": {}}, {}))  # noqa: S307 (checked above)
+    return float(eval(expression, {"__builtins__": {}}, {}))
 
 
 NAMES = ["Sam", "Ana", "Lee", "Mia", "Tom", "Ivy", "Max", "Zoe", "Ben", "Eva", "Noah", "Lily"]

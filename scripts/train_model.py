@@ -22,12 +22,11 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import model_data as md  # noqa: E402
+import model_data as md
 
-from tracewire.model._engine import Engine, Generation, SamplingParams  # noqa: E402
-from tracewire.model._ngram import NgramModel  # noqa: E402
-from tracewire.model._template import ChatTemplate  # noqa: E402
-from tracewire.model._tokenizer import Tokenizer  # noqa: E402
+from tracewire.model._engine import Engine, Generation, SamplingParams
+from tracewire.model._template import ChatTemplate
+from tracewire.model._tokenizer import Tokenizer
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "src/tracewire/env/data"

@@ -1,0 +1,43 @@
+"""``tracewire model``: run the built-in demo model server until interrupted."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+
+from ._protocol import MODEL_NAME
+from ._server import ModelServer
+
+__all__ = ["HELP", "configure", "run"]
+
+HELP = (f"Serve the built-in tiny demo model ({MODEL_NAME}) over an OpenAI/vLLM-compatible "
+        "HTTP API. For tests and demos only: not a useful assistant.")
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    """Add the ``model`` sub-command's options."""
+    parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=0, help="port (default 0: a free port)")
+    parser.add_argument("--seed", type=int, default=0,
+                        help="seed for requests that give none (default 0)")
+
+
+async def _serve(args: argparse.Namespace) -> None:
+    server = ModelServer(args.host, args.port, args.seed)
+    await server.start()
+    print(server.base_url, flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await stop.wait()
+    finally:
+        await server.stop()
+
+
+def run(args: argparse.Namespace) -> int:
+    """Serve until SIGINT/SIGTERM; prints the base URL on its own line once listening."""
+    asyncio.run(_serve(args))
+    return 0

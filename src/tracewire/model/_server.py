@@ -1,0 +1,237 @@
+"""The aiohttp application and :class:`ModelServer` (in-process, or on a background thread)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import Awaitable, Callable
+from types import TracebackType
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+from .._errors import ModelError
+from ._chat import Shared, chat_completions, maybe_thread
+from ._completions import completions
+from ._engine import get_engine
+from ._protocol import MAX_MODEL_LEN, MODEL_NAME, RequestError, Validated, error_body
+from ._template import ChatTemplate
+
+__all__ = ["ModelServer", "ServerThread"]
+
+log = logging.getLogger(__name__)
+
+#: Largest request body accepted (bytes); larger ones get 413.
+MAX_BODY = 8 * 1024 * 1024
+#: Requests handled at once; more get 429 right away (bounded, no hidden queue).
+MAX_INFLIGHT = 256
+DESCRIPTION = ("Tiny n-gram demo model built into tracewire for tests and demos. Not a useful "
+               "assistant: it only knows the bundled environments' tasks.")
+
+_Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+_SHARED: web.AppKey[Shared] = web.AppKey("shared", Shared)
+_INFLIGHT: web.AppKey[list[int]] = web.AppKey("inflight", list)
+
+
+def _error(status: int, message: str, type_: str, param: str | None = None,
+           code: str | None = None) -> web.Response:
+    return web.Response(status=status, content_type="application/json",
+                        body=orjson.dumps(error_body(message, type_, param, code)))
+
+
+@web.middleware
+async def _errors(request: web.Request, handler: _Handler) -> web.StreamResponse:
+    try:
+        return await handler(request)
+    except RequestError as exc:
+        return _error(exc.status, str(exc), exc.type, exc.param, exc.code)
+    except ModelError as exc:
+        return _error(400, str(exc), "invalid_request_error")
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        kind = "not_found_error" if exc.status == 404 else "invalid_request_error"
+        return _error(exc.status, exc.reason, kind, None, None)
+    except (ConnectionResetError, asyncio.CancelledError):
+        raise
+    except Exception as exc:  # the server must keep serving; report, don't crash
+        log.exception("model server: unexpected error")
+        return _error(500, f"internal error: {type(exc).__name__}", "server_error")
+
+
+async def _json(request: web.Request) -> Any:
+    raw = await request.read()  # bounded by client_max_size -> 413
+    try:
+        return await maybe_thread(len(raw) // 4, lambda: orjson.loads(raw))
+    except orjson.JSONDecodeError as exc:
+        raise RequestError(f"request body is not valid JSON: {exc}") from exc
+
+
+def _bounded(fn: Callable[[web.Request, Shared, Any], Awaitable[web.StreamResponse]]) -> _Handler:
+    async def handler(request: web.Request) -> web.StreamResponse:
+        inflight = request.app[_INFLIGHT]
+        if inflight[0] >= MAX_INFLIGHT:
+            raise RequestError("server busy: too many requests in flight", None, 429,
+                               "server_busy", "rate_limit_error")
+        inflight[0] += 1
+        try:
+            return await fn(request, request.app[_SHARED], await _json(request))
+        finally:
+            inflight[0] -= 1
+    return handler
+
+
+async def _models(request: web.Request) -> web.Response:
+    return web.json_response({"object": "list", "data": [{
+        "id": MODEL_NAME, "object": "model", "created": 0, "owned_by": "tracewire",
+        "root": MODEL_NAME, "max_model_len": MAX_MODEL_LEN, "description": DESCRIPTION}]})
+
+
+async def _health(request: web.Request) -> web.Response:
+    return web.json_response({"status": "ok", "model": MODEL_NAME})
+
+
+async def _tokenize(request: web.Request, shared: Shared, body: Any) -> web.StreamResponse:
+    v = Validated(body)
+    v.model()
+    if v.has("messages"):
+        msgs, tools = v.body["messages"], v.body.get("tools")
+        if not isinstance(msgs, list) or (tools is not None and not isinstance(tools, list)):
+            raise RequestError("'messages' (and 'tools') must be lists", "messages")
+        gen_prompt = v.boolean("add_generation_prompt", True)
+        ids = await maybe_thread(sum(len(str(m)) for m in msgs),
+                                 lambda: shared.template.render(msgs, tools or None, gen_prompt))
+    elif isinstance(v.body.get("prompt"), str):
+        text = v.body["prompt"]
+        ids = await maybe_thread(len(text), lambda: shared.engine.tok.encode_with_special(text))
+    else:
+        raise RequestError("give 'prompt' (a string) or 'messages' (a list)", "prompt")
+    return web.json_response({"tokens": ids, "count": len(ids), "max_model_len": MAX_MODEL_LEN})
+
+
+async def _detokenize(request: web.Request, shared: Shared, body: Any) -> web.StreamResponse:
+    v = Validated(body)
+    v.model()
+    ids = v.body.get("tokens")
+    if not isinstance(ids, list) or not all(
+            isinstance(t, int) and not isinstance(t, bool) for t in ids):
+        raise RequestError("'tokens' must be a list of token ids", "tokens")
+    try:
+        text = shared.engine.tok.decode(ids)
+    except ModelError as exc:
+        raise RequestError(str(exc), "tokens") from exc
+    return web.json_response({"prompt": text})
+
+
+def build_app(shared: Shared) -> web.Application:
+    """The aiohttp application serving ``shared``'s model."""
+    app = web.Application(client_max_size=MAX_BODY, middlewares=[_errors])
+    app[_SHARED] = shared
+    app[_INFLIGHT] = [0]
+    app.router.add_get("/health", _health)
+    app.router.add_get("/v1/models", _models)
+    app.router.add_post("/v1/chat/completions", _bounded(chat_completions))
+    app.router.add_post("/v1/completions", _bounded(completions))
+    for prefix in ("", "/v1"):
+        app.router.add_post(f"{prefix}/tokenize", _bounded(_tokenize))
+        app.router.add_post(f"{prefix}/detokenize", _bounded(_detokenize))
+    return app
+
+
+class ModelServer:
+    """The built-in OpenAI/vLLM-compatible model server; ``port=0`` picks a free port."""
+
+    def __init__(self, host: str = "127.0.0.1", port: int = 0, seed: int = 0) -> None:
+        self.host, self.port, self.seed = host, port, seed
+        self._runner: web.AppRunner | None = None
+
+    @property
+    def base_url(self) -> str:
+        """``http://HOST:PORT/v1`` (valid once started)."""
+        if self._runner is None:
+            raise ModelError("model server not started")
+        return f"http://{self.host}:{self.port}/v1"
+
+    async def start(self) -> None:
+        """Load the model (in a thread) and start listening."""
+        engine = await asyncio.to_thread(get_engine)
+        shared = Shared(engine, ChatTemplate(engine.tok), self.seed)
+        runner = web.AppRunner(build_app(shared), access_log=None, handle_signals=False)
+        await runner.setup()
+        site = web.TCPSite(runner, self.host, self.port)
+        try:
+            await site.start()
+        except OSError as exc:
+            await runner.cleanup()
+            raise ModelError(f"cannot listen on {self.host}:{self.port}: {exc}") from exc
+        addr = runner.addresses[0]
+        self.port = int(addr[1])
+        self._runner = runner
+
+    async def stop(self) -> None:
+        """Stop listening and close open connections."""
+        if self._runner is not None:
+            runner, self._runner = self._runner, None
+            await runner.cleanup()
+
+    async def __aenter__(self) -> ModelServer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, et: type[BaseException] | None, ev: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        await self.stop()
+
+    @classmethod
+    def run_in_thread(cls, host: str = "127.0.0.1", port: int = 0, seed: int = 0) -> ServerThread:
+        """Start a server on its own event loop in a daemon thread (for sync code and tests)."""
+        return ServerThread(cls(host, port, seed))
+
+
+class ServerThread:
+    """A :class:`ModelServer` running on a background thread; ``stop()`` or use ``with``."""
+
+    def __init__(self, server: ModelServer) -> None:
+        self.server = server
+        self._loop = asyncio.new_event_loop()
+        self._ready = threading.Event()
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="tracewire-model", daemon=True)
+        self._thread.start()
+        self._ready.wait()
+        if self._error is not None:
+            raise self._error
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        try:
+            self._loop.run_until_complete(self.server.start())
+        except BaseException as exc:  # handed to the starting thread
+            self._error = exc
+            self._ready.set()
+            self._loop.close()
+            return
+        self._ready.set()
+        self._loop.run_forever()
+        self._loop.run_until_complete(self.server.stop())
+        self._loop.close()
+
+    @property
+    def base_url(self) -> str:
+        """``http://HOST:PORT/v1``."""
+        return self.server.base_url
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop the server and join its thread."""
+        if self._thread.is_alive():
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(timeout)
+
+    def __enter__(self) -> ServerThread:
+        return self
+
+    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.stop()
