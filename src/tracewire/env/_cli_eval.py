@@ -1,0 +1,102 @@
+"""``tracewire eval ENV``: run an environment against a model and store the run."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+import sys
+
+from .._errors import TracewireError
+
+HELP = "Run an environment's tasks × rollouts through the proxy and store the run."
+
+__all__ = ["HELP", "configure", "run"]
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    """Add the ``eval`` arguments."""
+    parser.add_argument("env", metavar="ENV",
+                        help="bundled name (arithmetic, tools, guess, command), entry point, "
+                             "module path (pkg.mod[:attr]) or .py file")
+    parser.add_argument("--model", help="model name (default: the built-in model's, or the "
+                                        "first listed by --base-url)")
+    parser.add_argument("--base-url", help="OpenAI-compatible server (default: start the "
+                                           "built-in model in-process)")
+    parser.add_argument("--api-key", help="key for --base-url (default: none)")
+    parser.add_argument("-n", "--tasks", dest="n", type=int, default=None,
+                        help="number of tasks (default: all)")
+    parser.add_argument("-r", "--rollouts", dest="r", type=int, default=1,
+                        help="rollouts per task, grouped (default: 1)")
+    parser.add_argument("-c", "--concurrency", type=int, default=8,
+                        help="rollouts in flight (default: 8)")
+    parser.add_argument("--out", help="run directory (default: runs/<env>-<timestamp>)")
+    parser.add_argument("--resume", action="store_true",
+                        help="continue the run in --out, skipping finished (task, rollout) pairs")
+    parser.add_argument("--seed", type=int, default=0, help="sampling seed (default: 0)")
+    parser.add_argument("--temperature", type=float, default=None, help="sampling temperature")
+    parser.add_argument("--max-tokens", type=int, default=None, help="tokens per model turn")
+    parser.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+
+
+def _fail(reason: str) -> int:
+    print(f"tracewire eval: {reason}", file=sys.stderr)
+    return 1
+
+
+async def run_cli(args: argparse.Namespace) -> int:
+    """Run the eval with a progress bar and a summary; Ctrl-C stops it cleanly. Sets
+    ``args.run_dir``."""
+    from rich.console import Console
+
+    from ._evaluate import run_eval
+    from ._load import load_environment
+    from ._report import EvalProgress, render_summary
+
+    console = Console(stderr=False)
+    try:
+        env = load_environment(args.env)
+    except TracewireError as exc:
+        return _fail(str(exc))
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    bar: EvalProgress | None = None
+    progress = None if args.quiet else Console(stderr=True)
+
+    def set_total(total: int | None) -> None:
+        nonlocal bar
+        if progress is not None:
+            bar = EvalProgress(progress, total, env.name)
+            bar.__enter__()
+
+    try:
+        result = await run_eval(
+            env, model=args.model, base_url=args.base_url, api_key=args.api_key, n=args.n,
+            r=args.r, concurrency=args.concurrency, out=args.out, resume=args.resume,
+            seed=args.seed, temperature=args.temperature, max_tokens=args.max_tokens,
+            stop=stop, total_hint=set_total,
+            on_episode=lambda _e, tally: bar.update(tally) if bar is not None else None,
+        )
+    except (TracewireError, ValueError, OSError) as exc:
+        return _fail(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+    finally:
+        if bar is not None:
+            bar.__exit__(None, None, None)
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
+    args.run_dir = result.summary.run_dir
+    render_summary(console, result.summary)
+    if result.status == "interrupted":
+        console.print(f"interrupted: {result.summary.episodes} finished episodes kept; "
+                      f"continue with --out {result.summary.run_dir} --resume")
+        return 130
+    if result.reason is not None:
+        return _fail(result.reason)
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    """Entry point of ``tracewire eval``."""
+    return asyncio.run(run_cli(args))

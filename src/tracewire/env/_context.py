@@ -1,0 +1,126 @@
+"""What a harness and the per-task hooks see of one rollout, and helpers to read a trace."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+from ..trace import Episode, Trace
+
+if TYPE_CHECKING:
+    from openai import AsyncOpenAI
+
+    from ._api import Environment, Task
+
+__all__ = [
+    "ProxyLike",
+    "Rollout",
+    "SessionLike",
+    "assistant_texts",
+    "final_text",
+]
+
+
+class SessionLike(Protocol):
+    """The parts of a proxy ``Session`` a rollout uses."""
+
+    id: str
+    secret: str
+    trace: Trace
+
+    @property
+    def base_url(self) -> str: ...
+
+    @property
+    def anthropic_base_url(self) -> str: ...
+
+
+class ProxyLike(Protocol):
+    """The parts of a ``tracewire.proxy.Proxy`` a rollout uses."""
+
+    def create_session(
+        self,
+        *,
+        trace: Trace | None = ...,
+        metadata: dict[str, Any] | None = ...,
+        group_id: str | None = ...,
+        group_index: int = ...,
+    ) -> Any: ...
+
+
+class Rollout:
+    """One rollout in progress: its task, episode, trace, proxy session and sampling.
+
+    ``state`` is a scratch dict shared by the setup hook, the harness, finalize and nothing
+    else; ``stop(reason)`` names how the agent phase ended (first call wins).
+    """
+
+    def __init__(
+        self,
+        *,
+        env: Environment,
+        task: Task,
+        episode: Episode,
+        trace: Trace,
+        session: SessionLike,
+        model: str,
+        sampling: dict[str, Any],
+    ) -> None:
+        self.env = env
+        self.task = task
+        self.episode = episode
+        self.trace = trace
+        self.session = session
+        self.model = model
+        self.sampling = sampling
+        self.state: dict[str, Any] = {}
+        self.workdir: Path | None = None
+        self.stop_reason: str | None = None
+        self._client: AsyncOpenAI | None = None
+
+    def stop(self, reason: str) -> None:
+        """Record why the agent stopped (only the first reason is kept)."""
+        if self.stop_reason is None:
+            self.stop_reason = reason
+
+    def client(self) -> AsyncOpenAI:
+        """An ``openai.AsyncOpenAI`` client bound to this rollout's proxy session."""
+        if self._client is None:
+            from openai import AsyncOpenAI
+
+            # No SDK retries: a failed turn is recorded by the proxy and ends the rollout,
+            # instead of being silently re-sampled.
+            self._client = AsyncOpenAI(
+                base_url=self.session.base_url,
+                api_key=self.session.secret,
+                max_retries=0,
+                timeout=None,
+            )
+        return self._client
+
+    async def aclose(self) -> None:
+        """Close the SDK client if one was made."""
+        if self._client is not None:
+            client, self._client = self._client, None
+            await client.close()
+
+
+def assistant_texts(trace: Trace) -> list[str]:
+    """Text of every sampled (assistant) message on the trace's last branch, in order."""
+    if not trace.nodes:
+        return []
+    out: list[str] = []
+    for i in trace.path(len(trace.nodes) - 1):
+        node = trace.nodes[i]
+        if node.sampled and node.message.role == "assistant":
+            content = node.message.content
+            if isinstance(content, list):
+                content = "".join(str(p.get("text", "")) for p in content)
+            out.append(content or "")
+    return out
+
+
+def final_text(trace: Trace) -> str:
+    """Text of the last assistant message (``""`` if the model never answered)."""
+    texts = assistant_texts(trace)
+    return texts[-1] if texts else ""

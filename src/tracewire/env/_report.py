@@ -1,0 +1,95 @@
+"""Terminal output of an eval: a live ``rich`` progress bar and the summary table."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    SpinnerColumn,
+    TextColumn,
+    TimeElapsedColumn,
+)
+from rich.table import Table
+
+from ._summary import Summary, Tally
+
+__all__ = ["EvalProgress", "render_summary"]
+
+
+class EvalProgress:
+    """Progress bar: episodes done, mean reward so far, errors, sampled tokens per second."""
+
+    def __init__(self, console: Console, total: int | None, label: str) -> None:
+        self._progress = Progress(
+            SpinnerColumn(),
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("reward {task.fields[reward]}"),
+            TextColumn("errors {task.fields[errors]}"),
+            TextColumn("{task.fields[tps]} tok/s"),
+            TimeElapsedColumn(),
+            console=console,
+            transient=False,
+        )
+        self._task = self._progress.add_task(label, total=total, reward="-", errors=0, tps="0")
+
+    def __enter__(self) -> EvalProgress:
+        self._progress.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._progress.stop()
+
+    def update(self, tally: Tally) -> None:
+        """Show the tally's current numbers."""
+        mean = tally.mean_reward
+        self._progress.update(
+            self._task,
+            completed=tally.n,
+            reward="-" if mean is None else f"{mean:.3f}",
+            errors=tally.n_errors,
+            tps=f"{tally.tokens_per_s():.0f}",
+        )
+
+
+def _num(x: float | None, digits: int = 3) -> str:
+    return "-" if x is None else f"{x:.{digits}f}"
+
+
+def render_summary(console: Console, s: Summary) -> None:
+    """Print the end-of-run table."""
+    t = Table(title=f"tracewire eval · {s.env} · {s.model}", show_header=False, box=None)
+    t.add_column(style="bold")
+    t.add_column()
+    status = s.status if s.status == "complete" else f"[yellow]{s.status}[/yellow]"
+    t.add_row("status", status)
+    extra = f" ({s.skipped} already done)" if s.skipped else ""
+    t.add_row("episodes", f"{s.episodes} over {s.tasks} tasks, {s.ok} without error{extra}")
+    reward = _num(s.reward_mean)
+    if s.reward_stderr is not None:
+        reward += f" ± {s.reward_stderr:.3f}"
+    t.add_row("reward", reward)
+    for name, value in s.rewards.items():
+        t.add_row(f"  {name}", _num(value))
+    if s.pass_at:
+        t.add_row("pass@k", "  ".join(f"@{k} {v:.3f}" for k, v in s.pass_at.items()))
+    t.add_row("turns", _num(s.turns_mean, 2))
+    tokens = f"{_num(s.tokens_mean, 1)} per episode ({_num(s.completion_tokens_mean, 1)} sampled)"
+    t.add_row("tokens", tokens)
+    t.add_row("throughput", f"{s.tokens_per_s:.0f} sampled tok/s over {s.wall_s:.1f} s")
+    t.add_row("stops", ", ".join(f"{k} {v}" for k, v in s.stops.items()) or "-")
+    t.add_row("errors", ", ".join(f"{k} {v}" for k, v in s.errors.items()) or "none")
+    if s.loop_lag_p99_ms is not None:
+        t.add_row("loop lag p99", f"{s.loop_lag_p99_ms:.1f} ms")
+    t.add_row("run", s.run_dir)
+    console.print(t)
+
+
+def summary_lines(s: Summary) -> dict[str, Any]:
+    """The summary as a flat dict (for logs and tests)."""
+    return s.as_dict()
