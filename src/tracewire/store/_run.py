@@ -1,0 +1,430 @@
+"""``Run``: one run directory — durable off-loop appends, journals, and the read API."""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import os
+import shutil
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from types import TracebackType
+from typing import Any
+
+from .._errors import CorruptRecordError, DecodeError, StoreError
+from ..codec import decode_record
+from ..trace import Episode
+from ._journal import Journal, read_journal
+from ._layout import Layout, new_meta, read_meta, store_error, write_meta
+from ._recover import connect, recover
+from ._schema import COLUMNS, IndexRow, RecordRef
+from ._segments import read_record
+from ._writer import AppendItem, FlushItem, JournalItem, Writer
+
+__all__ = ["FSYNC_POLICIES", "Run", "open_run"]
+
+FSYNC_POLICIES = ("always", "interval", "never")
+Buffer = bytes | bytearray | memoryview
+_SELECT = ", ".join(f'"{c}"' for c in COLUMNS)
+_ORDER = {"seq", *COLUMNS}
+
+
+class Run:
+    """A run directory. Writers come from :meth:`create`; readers from :meth:`open`.
+
+    Appends are persisted by a writer thread in arrival order; the read API (``rows``,
+    ``episodes``, ``get``, ``index``, ``live``) works on both, also while another process
+    appends (each query sees the latest committed index rows; segments are append-only).
+    """
+
+    def __init__(self, layout: Layout, meta: dict[str, Any], lock_fd: int | None) -> None:
+        self.layout = layout
+        self.path = layout.root
+        self._meta = meta
+        self._lock_fd = lock_fd
+        self._conn = connect(layout, write=False)
+        self._db_lock = threading.Lock()
+        self._fds: dict[int, int] = {}
+        self._writer: Writer | None = None
+        self._journals: dict[str, Journal] = {}
+        self._slots: asyncio.Semaphore | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._closed = False
+
+    # -- opening ----------------------------------------------------------------------------
+    @classmethod
+    async def create(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        meta: dict[str, Any] | None = None,
+        fsync: str = "interval",
+        interval: float = 0.1,
+        segment_bytes: int = 256 << 20,
+        max_queued: int = 64,
+        resume: bool = False,
+    ) -> Run:
+        """Open ``path`` for appending: a new run, or with ``resume`` an existing one
+        (recovered first; its new episodes are appended after the old ones).
+
+        ``fsync``: ``"always"`` (each append returns after its bytes are synced),
+        ``"interval"`` (group commit at most every ``interval`` s) or ``"never"``.
+        """
+        if fsync not in FSYNC_POLICIES:
+            raise ValueError(f"fsync must be one of {FSYNC_POLICIES}, not {fsync!r}")
+        layout = Layout(path)
+        config = dict(meta or {})
+        run_meta, lock_fd = await asyncio.to_thread(
+            _prepare_writer, layout, config, fsync, segment_bytes, resume
+        )
+        try:
+            run = cls(layout, run_meta, lock_fd)
+        except BaseException:
+            Layout.unlock(lock_fd)
+            raise
+        run._loop = asyncio.get_running_loop()
+        run._slots = asyncio.Semaphore(max_queued)
+        run._writer = Writer(
+            layout,
+            fsync=fsync,
+            interval=interval,
+            segment_bytes=segment_bytes,
+            conn_factory=lambda: connect(layout, write=True),
+        )
+        run._writer.start()
+        return run
+
+    @classmethod
+    def open(cls, path: str | os.PathLike[str]) -> Run:
+        """Open ``path`` for reading; if no writer is alive, recover it first."""
+        layout = Layout(path)
+        meta = read_meta(layout)
+        try:
+            fd = layout.try_lock()
+        except OSError as exc:
+            fd = None
+            if exc.errno not in (errno.EACCES, errno.EROFS, errno.EPERM):
+                raise store_error(f"cannot open {layout.root}", exc) from exc
+        if fd is not None:
+            try:
+                recover(layout)
+                meta = read_meta(layout)
+            finally:
+                Layout.unlock(fd)
+        return cls(layout, meta, None)
+
+    @property
+    def writable(self) -> bool:
+        """True for a run opened with :meth:`create` and not closed."""
+        return self._writer is not None and not self._closed
+
+    @property
+    def meta(self) -> dict[str, Any]:
+        """The metadata (config, versions, times, status); readers re-read it each time."""
+        if self._writer is None:
+            try:
+                self._meta = read_meta(self.layout)
+            except StoreError:
+                pass
+        return self._meta
+
+    # -- writing ----------------------------------------------------------------------------
+    def _need_writer(self) -> Writer:
+        w = self._writer
+        if w is None or self._closed:
+            raise StoreError(0, f"run {self.path} is not open for writing")
+        if w.fatal is not None:
+            raise StoreError(0, f"run {self.path}: writer failed: {w.fatal}") from w.fatal
+        return w
+
+    async def _submit(self, episode: Episode | None, frames: Sequence[Buffer] | None) -> RecordRef:
+        writer = self._need_writer()
+        assert self._slots is not None
+        loop = asyncio.get_running_loop()
+        await self._slots.acquire()  # bounded queue: FIFO backpressure
+        fut: asyncio.Future[RecordRef] = loop.create_future()
+        journal = None
+        if episode is not None:
+            j = self._journals.pop(episode.id, None)
+            if j is not None:
+                j.close()
+                journal = j.path
+        slots = self._slots
+
+        def resolve(ref: RecordRef | None, exc: BaseException | None) -> None:
+            slots.release()
+            if fut.done():  # the caller was cancelled; the record is stored all the same
+                return
+            if exc is not None:
+                fut.set_exception(exc)
+            else:
+                assert ref is not None
+                fut.set_result(ref)
+
+        def done(ref: RecordRef | None, exc: BaseException | None) -> None:
+            try:
+                loop.call_soon_threadsafe(resolve, ref, exc)
+            except RuntimeError:  # loop closed: nobody is waiting any more
+                pass
+
+        writer.q.put(AppendItem(episode, frames, done, journal))
+        return await fut
+
+    async def append(self, episode: Episode) -> RecordRef:
+        """Persist a finished episode; returns once durable under the fsync policy.
+
+        The store takes ownership of ``episode`` until this returns: do not mutate it while
+        the append is pending (it is encoded in the writer thread, sharing its memory).
+        Cancelling the caller does not un-append: the record is written whole, or not at all.
+        """
+        return await self._submit(episode, None)
+
+    async def append_frames(self, frames: Sequence[Buffer]) -> RecordRef:
+        """Persist an episode already encoded as frames (``encode_frames``), as they are.
+
+        Only the header is decoded (lightly, for the index row); the buffers are written
+        unchanged. They must stay unchanged until this returns.
+        """
+        return await self._submit(None, frames)
+
+    async def flush(self) -> None:
+        """Wait until everything appended or journaled so far is durable and indexed."""
+        writer = self._need_writer()
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[None] = loop.create_future()
+
+        def resolve(exc: BaseException | None) -> None:
+            if not fut.done():
+                fut.set_exception(exc) if exc else fut.set_result(None)
+
+        def done(_ref: RecordRef | None, exc: BaseException | None) -> None:
+            try:
+                loop.call_soon_threadsafe(resolve, exc)
+            except RuntimeError:
+                pass
+
+        writer.q.put(FlushItem(done))
+        await fut
+
+    def journal(self, episode: Episode) -> Journal:
+        """Journal ``episode``'s deltas on every ``notify()`` until it is appended."""
+        writer = self._need_writer()
+        old = self._journals.get(episode.id)
+        if old is not None and not old.closed:
+            return old
+        path = self.layout.journal(episode.id)
+
+        def submit(item: JournalItem) -> None:
+            writer.q.put(item)
+
+        j = Journal(episode, path, submit)
+        self._journals[episode.id] = j
+        return j
+
+    async def close(self, status: str = "complete") -> None:
+        """Finish pending writes, record ``status`` ("complete"/"interrupted") and release
+        the run. Journals still open stay on disk (recovered as incomplete on reopen)."""
+        if self._closed:
+            return
+        writer = self._writer
+        if writer is not None:
+            for j in self._journals.values():
+                j.close()
+            self._journals.clear()
+            try:
+                if writer.fatal is None:
+                    await self.flush()
+            finally:
+                writer.stop()
+                await asyncio.to_thread(writer.join)
+                meta = {**self._meta, "status": status, "ended": time.time()}
+                try:
+                    await asyncio.to_thread(write_meta, self.layout, meta)
+                    self._meta = meta
+                finally:
+                    self._release()
+        else:
+            self._release()
+
+    def _release(self) -> None:
+        self._closed = True
+        for fd in self._fds.values():
+            os.close(fd)
+        self._fds.clear()
+        self._conn.close()
+        if self._lock_fd is not None:
+            Layout.unlock(self._lock_fd)
+            self._lock_fd = None
+
+    async def __aenter__(self) -> Run:
+        return self
+
+    async def __aexit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close("complete" if et is None else "interrupted")
+
+    def __enter__(self) -> Run:
+        return self
+
+    def __exit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if self._writer is None:
+            self._release()
+
+    # -- reading ----------------------------------------------------------------------------
+    def _query(self, sql: str, args: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        try:
+            with self._db_lock:
+                return self._conn.execute(sql, args).fetchall()
+        except sqlite3.Error as exc:
+            raise store_error(f"cannot read index of {self.path}", exc) from exc
+
+    def _where(self, filters: dict[str, Any]) -> tuple[str, list[Any]]:
+        clauses: list[str] = []
+        args: list[Any] = []
+        for name, value in filters.items():
+            if name not in COLUMNS:
+                raise ValueError(f"unknown index column {name!r}; known: {', '.join(COLUMNS)}")
+            if value is None:
+                clauses.append(f'"{name}" IS NULL')
+            elif isinstance(value, list | tuple | set | frozenset):
+                clauses.append(f'"{name}" IN ({", ".join("?" for _ in value)})')
+                args.extend(value)
+            else:
+                clauses.append(f'"{name}" = ?')
+                args.append(int(value) if isinstance(value, bool) else value)
+        return (" WHERE " + " AND ".join(clauses)) if clauses else "", args
+
+    def rows(
+        self, *, limit: int | None = None, order_by: str = "seq", **filters: Any
+    ) -> list[IndexRow]:
+        """Index rows matching equality ``filters`` (a list means "any of"), in append order."""
+        if order_by.lstrip("-") not in _ORDER:
+            raise ValueError(f"cannot order by {order_by!r}")
+        where, args = self._where(filters)
+        desc = " DESC" if order_by.startswith("-") else ""
+        sql = f'SELECT {_SELECT} FROM episodes{where} ORDER BY "{order_by.lstrip("-")}"{desc}'
+        if limit is not None:
+            sql += f" LIMIT {int(limit)}"
+        return [IndexRow.from_sql(r) for r in self._query(sql, args)]
+
+    def __len__(self) -> int:
+        return int(self._query("SELECT COUNT(*) FROM episodes")[0][0])
+
+    def read(self, ref: RecordRef) -> Episode:
+        """The episode stored at ``ref`` (one ``pread``, CRC-checked, buffers not copied)."""
+        fd = self._fds.get(ref.segment)
+        try:
+            if fd is None:
+                fd = self._fds[ref.segment] = os.open(self.layout.segment(ref.segment), os.O_RDONLY)
+            data = read_record(fd, ref)
+        except OSError as exc:
+            raise store_error(f"cannot read segment {ref.segment}", exc) from exc
+        try:
+            obj = decode_record(data)
+        except DecodeError as exc:
+            raise CorruptRecordError(
+                0, f"record at segment {ref.segment} offset {ref.offset}: {exc}"
+            ) from exc
+        if not isinstance(obj, Episode):
+            raise CorruptRecordError(0, f"record at {ref} is not an episode")
+        return obj
+
+    def get(self, episode_id: str) -> Episode:
+        """One episode by id; ``KeyError`` if the run has none."""
+        found = self.rows(episode_id=episode_id)
+        if not found:
+            raise KeyError(episode_id)
+        return self.read(found[0].ref)
+
+    def episodes(self, **filters: Any) -> Iterator[Episode]:
+        """Episodes matching ``filters`` (as :meth:`rows`), read lazily one at a time."""
+        for row in self.rows(**filters):
+            yield self.read(row.ref)
+
+    def __iter__(self) -> Iterator[Episode]:
+        return self.episodes()
+
+    def index(self, kind: str = "pandas") -> Any:
+        """The index as a DataFrame (``kind``: "pandas" or "polars"); rewards/metrics JSON."""
+        rows = self._query(f"SELECT seq, {_SELECT} FROM episodes ORDER BY seq")
+        cols = ["seq", *COLUMNS]
+        data = {c: [r[i] for r in rows] for i, c in enumerate(cols)}
+        if kind == "pandas":
+            import pandas as pd
+
+            return pd.DataFrame(data, columns=cols)
+        if kind == "polars":
+            import polars as pl
+
+            return pl.DataFrame(data, strict=False)
+        raise ValueError(f"kind must be 'pandas' or 'polars', not {kind!r}")
+
+    def completed_pairs(self) -> set[tuple[str, int]]:
+        """``(task_key, group_index)`` of every episode stored complete (for resume)."""
+        got = self._query(
+            "SELECT DISTINCT task_key, group_index FROM episodes WHERE status = 'complete'"
+        )
+        return {(str(k), int(i)) for k, i in got}
+
+    def live(self) -> list[Episode]:
+        """In-flight episodes assembled from their journals (those not yet appended)."""
+        out = []
+        for path in self.layout.journals():
+            ep = read_journal(path)
+            if ep is not None and not self.rows(episode_id=ep.id):
+                out.append(ep)
+        return out
+
+
+def _prepare_writer(
+    layout: Layout, config: dict[str, Any], fsync: str, segment_bytes: int, resume: bool
+) -> tuple[dict[str, Any], int]:
+    try:
+        layout.root.mkdir(parents=True, exist_ok=True)
+        fd = layout.try_lock()
+    except OSError as exc:
+        raise store_error(f"cannot create run {layout.root}", exc) from exc
+    if fd is None:
+        raise StoreError(errno.EBUSY, f"run {layout.root} already has a live writer")
+    try:
+        if layout.meta.exists():
+            if not resume:
+                raise StoreError(errno.EEXIST, f"{layout.root} already holds a run (resume it)")
+            recover(layout)
+            meta = read_meta(layout)
+            meta = {**meta, "status": "running", "resumed": time.time(), "ended": None}
+            if config:
+                meta["config"] = {**meta.get("config", {}), **config}
+        else:
+            meta = new_meta(layout.root.name, config, fsync, segment_bytes)
+        try:
+            layout.live.mkdir(exist_ok=True)
+            layout.segments.mkdir(exist_ok=True)
+        except OSError as exc:
+            raise store_error(f"cannot create run {layout.root}", exc) from exc
+        write_meta(layout, meta)
+        connect(layout, write=True).close()
+    except BaseException:
+        Layout.unlock(fd)
+        raise
+    return meta, fd
+
+
+def open_run(path: str | os.PathLike[str]) -> Run:
+    """Open a run directory for reading (recovering it first if its writer is gone)."""
+    return Run.open(path)
+
+
+def remove_run(path: str | os.PathLike[str]) -> None:
+    """Delete a run directory (refuses while a writer holds it)."""
+    layout = Layout(path)
+    fd = layout.try_lock()
+    if fd is None:
+        raise StoreError(errno.EBUSY, f"run {path} has a live writer")
+    Layout.unlock(fd)
+    shutil.rmtree(layout.root)
