@@ -1,0 +1,406 @@
+"""The env server: a ROUTER broker in front of worker processes.
+
+Clients talk to one ROUTER socket; workers connect (DEALER) to a second one. A request
+becomes one job per episode; jobs wait in a bounded queue and go to the least-loaded ready
+worker while fewer than ``max_inflight`` run. Worker output is routed by its 9-byte job frame
+and forwarded to the client as it arrived (no decoding, no copy). Worker start, restart,
+scaling, hang detection and timeouts live in :class:`~tracewire.serve._workers.Workers`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import shutil
+import tempfile
+import time
+from collections import deque
+from typing import Any
+
+import zmq
+import zmq.asyncio
+
+from .._errors import BusyError, ProtocolError, RunTimeout, ServeError, WorkerDiedError
+from ..trace import SCHEMA_VERSION, new_id
+from ._config import DEFAULT_ADDRESS, ServerConfig
+from ._pool import LocalProcessPool, WorkerPool
+from ._protocol import (
+    PROTOCOL_VERSION,
+    JobKind,
+    decode_envelope,
+    encode_envelope,
+    error_body,
+    parse_job_frame,
+)
+from ._runner import ENV_FACTORY, STANDIN_FACTORY
+from ._workers import Job, Workers, WorkerState
+
+__all__ = ["EnvServer"]
+
+log = logging.getLogger("tracewire.serve")
+
+
+class EnvServer:
+    """Serves rollouts of environment ``env`` over ZMQ from a pool of worker processes.
+
+    ``factory`` names the runner factory workers use (default: the stand-in runner for
+    ``env == "standin"``, the tracewire.env adapter otherwise); ``options`` go to it.
+    """
+
+    def __init__(self, env: str, *, address: str = DEFAULT_ADDRESS,
+                 config: ServerConfig | None = None, factory: str | None = None,
+                 options: dict[str, Any] | None = None, pool: WorkerPool | None = None) -> None:
+        self.env = env
+        self.config = config or ServerConfig()
+        self.factory = factory or (STANDIN_FACTORY if env == "standin" else ENV_FACTORY)
+        self.options = dict(options or {})
+        self._bind = address
+        self.address = address
+        self._ctx = zmq.asyncio.Context()
+        self._front: zmq.asyncio.Socket | None = None
+        self._back: zmq.asyncio.Socket | None = None
+        self._tmpdir: str | None = None
+        self.jobs: dict[int, Job] = {}
+        self.queue: deque[Job] = deque()
+        self.requests: dict[tuple[bytes, str], set[int]] = {}
+        self.inflight = 0
+        self.stopping = False
+        self.started_at = 0.0
+        self._next_job = 1
+        self._tasks: list[asyncio.Task[None]] = []
+        self._stopped = asyncio.Event()
+        self.counters = {"runs": 0, "episodes_ok": 0, "episodes_failed": 0, "busy": 0,
+                         "cancelled": 0, "timeouts": 0, "protocol_errors": 0}
+        self.workers = Workers(self, pool or LocalProcessPool())
+
+    # -- lifecycle -------------------------------------------------------------------------
+    async def start(self) -> EnvServer:
+        """Bind, start the minimum number of workers and begin serving."""
+        cfg = self.config
+        self._front = self._ctx.socket(zmq.ROUTER)
+        self._front.setsockopt(zmq.LINGER, 1000)
+        self._front.setsockopt(zmq.MAXMSGSIZE, cfg.max_request_bytes)
+        # Sends to a gone or non-reading peer fail loudly instead of vanishing.
+        self._front.setsockopt(zmq.ROUTER_MANDATORY, 1)
+        try:
+            self._front.bind(self._bind)
+        except zmq.ZMQError as exc:
+            self._front.close(0)
+            raise ServeError(f"cannot bind {self._bind}: {exc}") from exc
+        self.address = str(self._front.getsockopt_string(zmq.LAST_ENDPOINT))
+        self._back = self._ctx.socket(zmq.ROUTER)
+        self._back.setsockopt(zmq.LINGER, 0)
+        self._back.setsockopt(zmq.ROUTER_MANDATORY, 1)
+        endpoint = cfg.worker_endpoint
+        if endpoint is None:
+            self._tmpdir = tempfile.mkdtemp(prefix="tw-serve-")
+            endpoint = f"ipc://{self._tmpdir}/workers.sock"
+        self._back.bind(endpoint)
+        self.worker_endpoint = str(self._back.getsockopt_string(zmq.LAST_ENDPOINT))
+        self.started_at = time.time()
+        self._tasks = [asyncio.create_task(self._front_loop(), name="serve-front"),
+                       asyncio.create_task(self._back_loop(), name="serve-back"),
+                       asyncio.create_task(self.workers.supervise(), name="serve-supervise")]
+        self.workers.ensure()
+        return self
+
+    async def __aenter__(self) -> EnvServer:
+        return await self.start()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    async def wait_ready(self, n: int | None = None, timeout: float = 60.0) -> None:
+        """Wait until ``n`` (default: the minimum) workers are ready; ``ServeError`` if not."""
+        want = self.config.workers if n is None else n
+        deadline = time.monotonic() + timeout
+        while self.workers.count("ready") < want:
+            if time.monotonic() > deadline:
+                raise ServeError(f"{want} workers not ready after {timeout}s "
+                                 f"(last worker error: {self.workers.last_error})")
+            await asyncio.sleep(0.02)
+
+    async def serve_forever(self) -> None:
+        """Wait until :meth:`stop` has completed."""
+        await self._stopped.wait()
+
+    async def stop(self, *, drain: bool = True, timeout: float = 30.0) -> None:
+        """Refuse new work, drain in-flight runs (up to ``timeout``), fail the rest, stop."""
+        if self.stopping:
+            await self._stopped.wait()
+            return
+        self.stopping = True
+        for job in list(self.queue):
+            self.fail_job(job, ServeError("server shut down before the run started"))
+        if drain:
+            deadline = time.monotonic() + timeout
+            while self.inflight and time.monotonic() < deadline:
+                await asyncio.sleep(0.02)
+        for job in list(self.jobs.values()):
+            self.fail_job(job, ServeError("server shut down before the run finished"))
+        await self.workers.stop_all()
+        for t in self._tasks:
+            t.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await asyncio.sleep(0.05)  # let the last answers leave the socket
+        for s in (self._front, self._back):
+            if s is not None:
+                s.close(linger=1000)
+        self._ctx.term()
+        if self._tmpdir:
+            shutil.rmtree(self._tmpdir, ignore_errors=True)
+        self._stopped.set()
+
+    # -- sending ---------------------------------------------------------------------------
+    def to_client(self, client: bytes, frames: list[Any]) -> bool:
+        """Send to a client without waiting; False if it cannot take it (gone or not reading)."""
+        assert self._front is not None
+        try:
+            self._front.send_multipart([client, *frames], flags=zmq.NOBLOCK, copy=False)
+            return True
+        except zmq.ZMQError as exc:
+            log.warning("cannot send to client %s: %s", client.hex(), exc)
+            return False
+
+    def answer(self, client: bytes, kind: str, rid: str, body: dict[str, Any]) -> None:
+        self.to_client(client, [encode_envelope(kind, rid, body)])
+
+    def to_worker(self, w: WorkerState, kind: str, body: dict[str, Any], rid: str = "") -> bool:
+        assert self._back is not None
+        try:
+            self._back.send_multipart([w.id.encode(), encode_envelope(kind, rid, body)],
+                                      flags=zmq.NOBLOCK)
+            return True
+        except zmq.ZMQError as exc:
+            log.warning("cannot send to worker %s: %s", w.id, exc)
+            return False
+
+    # -- jobs ------------------------------------------------------------------------------
+    def fail_job(self, job: Job, exc: Exception) -> None:
+        """Tell the client ``job`` failed (once) and stop it wherever it is."""
+        if job.open:
+            job.open = False
+            self.counters["episodes_failed"] += 1
+            self.answer(job.client, "error", job.rid, error_body(exc, i=job.index))
+        if job.worker is None:
+            with contextlib.suppress(ValueError):
+                self.queue.remove(job)
+            self.release(job)
+        else:
+            w = self.workers.get(job.worker)
+            if w is None or w.state == "dead" or not self.to_worker(w, "cancel", {"job": job.id}):
+                self.release(job)
+
+    def release(self, job: Job) -> None:
+        """Forget a finished job and free its slot."""
+        if self.jobs.pop(job.id, None) is None:
+            return
+        if job.worker is not None:
+            self.inflight -= 1
+            w = self.workers.get(job.worker)
+            if w is not None:
+                w.jobs.discard(job.id)
+                w.done += 1
+                w.idle_since = time.monotonic()
+        key = (job.client, job.rid)
+        ids = self.requests.get(key)
+        if ids is not None:
+            ids.discard(job.id)
+            if not ids:
+                del self.requests[key]
+        self.pump()
+
+    def pump(self) -> None:
+        """Dispatch queued jobs to the least-loaded ready workers while slots are free."""
+        while self.queue and self.inflight < self.config.max_inflight and not self.stopping:
+            w = self.workers.least_loaded()
+            if w is None:
+                break
+            job = self.queue.popleft()
+            body = {**job.body, "job": job.id, "index": job.index}
+            if not self.to_worker(w, "run", body, job.rid):
+                self.queue.appendleft(job)
+                self.workers.kill(w, "does not accept work")
+                break
+            job.worker = w.id
+            job.deadline = time.monotonic() + self.config.run_timeout
+            w.jobs.add(job.id)
+            self.inflight += 1
+        self.workers.ensure()
+
+    def expire(self, now: float) -> None:
+        """Fail jobs past their queue wait or run deadline."""
+        cfg = self.config
+        while self.queue and self.queue[0].queued_at + cfg.queue_timeout < now:
+            job = self.queue[0]
+            self.counters["busy"] += 1
+            self.fail_job(job, BusyError(f"no free worker within {cfg.queue_timeout}s "
+                                         f"({self.inflight} runs in flight)"))
+        for job in list(self.jobs.values()):
+            if job.open and job.deadline is not None and job.deadline < now:
+                self.counters["timeouts"] += 1
+                self.fail_job(job, RunTimeout(f"run exceeded the server's run timeout of "
+                                              f"{cfg.run_timeout}s"))
+
+    def worker_died(self, w: WorkerState, status: int) -> None:
+        """Fail every job of a worker that exited; called within ms of its death."""
+        for jid in list(w.jobs):
+            job = self.jobs.get(jid)
+            if job is None:
+                continue
+            self.fail_job(job, WorkerDiedError(
+                f"worker {w.id} (pid {w.pid}) exited with status {status} while running "
+                f"this episode; it is being replaced"))
+            self.release(job)
+
+    # -- client requests -------------------------------------------------------------------
+    async def _front_loop(self) -> None:
+        assert self._front is not None
+        while True:
+            frames = await self._front.recv_multipart(copy=False)
+            try:
+                self._on_request(frames[0].bytes, frames[1:])
+            except Exception:
+                log.exception("request handling failed")
+
+    def _on_request(self, client: bytes, frames: list[Any]) -> None:
+        try:
+            if len(frames) != 1:
+                raise ProtocolError(f"a request is one envelope frame, got {len(frames)}")
+            env = decode_envelope(frames[0].buffer)
+            if env.kind not in ("hello", "run", "run_group", "cancel", "health", "stats"):
+                raise ProtocolError(f"unknown request kind {env.kind!r}")
+        except ProtocolError as exc:
+            self.counters["protocol_errors"] += 1
+            self.answer(client, "error", getattr(exc, "rid", ""), error_body(exc))
+            return
+        rid, body = env.rid, env.body
+        if env.kind == "hello":
+            self.answer(client, "reply", rid, {"proto": PROTOCOL_VERSION, "schema": SCHEMA_VERSION,
+                                               "env": self.env})
+        elif env.kind == "health":
+            self.answer(client, "reply", rid, self.health())
+        elif env.kind == "stats":
+            self.answer(client, "reply", rid, self.stats())
+        elif env.kind == "cancel":
+            self.answer(client, "reply", rid, {"cancelled": self._cancel(client, body)})
+        else:
+            self._submit(client, rid, env.kind, body)
+
+    def _cancel(self, client: bytes, body: dict[str, Any]) -> int:
+        target = str(body.get("target", ""))
+        ids = list(self.requests.get((client, target), ()))
+        for jid in ids:
+            job = self.jobs.get(jid)
+            if job is not None and job.open:
+                self.counters["cancelled"] += 1
+                self.fail_job(job, ServeError(f"run {target} was cancelled by the client"))
+        return len(ids)
+
+    def _submit(self, client: bytes, rid: str, kind: str, body: dict[str, Any]) -> None:
+        cfg = self.config
+        task = body.get("task")
+        r = body.get("r", 1) if kind == "run_group" else 1
+        if not isinstance(task, dict) or not isinstance(r, int) or not 1 <= r <= cfg.max_group:
+            self.counters["protocol_errors"] += 1
+            self.answer(client, "error", rid, error_body(ProtocolError(
+                f"{kind} needs a task map and 1 <= r <= {cfg.max_group}")))
+            return
+        if self.stopping:
+            self.answer(client, "error", rid, error_body(ServeError("server is shutting down")))
+            return
+        if (client, rid) in self.requests:
+            self.answer(client, "error", rid, error_body(ProtocolError(
+                f"request id {rid!r} is already in use")))
+            return
+        assert cfg.max_queue is not None
+        if len(self.queue) + r > cfg.max_queue or (
+                r > cfg.max_inflight - self.inflight + cfg.max_queue - len(self.queue)):
+            self.counters["busy"] += 1
+            self.answer(client, "error", rid, error_body(BusyError(
+                f"server busy: {self.inflight} runs in flight (max {cfg.max_inflight}), "
+                f"{len(self.queue)} queued (max {cfg.max_queue})")))
+            return
+        self.counters["runs"] += 1
+        group_id = (body.get("group_id") or new_id()) if kind == "run_group" else None
+        job_body = {"task": task, "group_id": group_id, "stream": bool(body.get("stream", True)),
+                    "keep_frames": bool(body.get("keep_frames", False))}
+        now = time.monotonic()
+        ids = self.requests.setdefault((client, rid), set())
+        for i in range(r):
+            job = Job(id=self._next_job, client=client, rid=rid, index=i, body=job_body,
+                      queued_at=now)
+            self._next_job += 1
+            self.jobs[job.id] = job
+            ids.add(job.id)
+            self.queue.append(job)
+        self.pump()
+
+    # -- worker output ---------------------------------------------------------------------
+    async def _back_loop(self) -> None:
+        assert self._back is not None
+        while True:
+            frames = await self._back.recv_multipart(copy=False)
+            try:
+                self._on_worker(frames)
+            except Exception:
+                log.exception("bad message from a worker")
+
+    def _on_worker(self, frames: list[Any]) -> None:
+        w = self.workers.get(frames[0].bytes.decode())
+        if w is None or len(frames) < 3:
+            return
+        w.last_seen = time.monotonic()
+        if not frames[1].buffer.nbytes:
+            env = decode_envelope(frames[2].buffer)
+            self.workers.control(w, env.kind, env.body)
+            return
+        jid, kind = parse_job_frame(frames[1].buffer)
+        job = self.jobs.get(jid)
+        if job is None:
+            return
+        if job.open and kind != JobKind.CANCELLED:
+            ok = self.to_client(job.client, frames[2:])
+            if kind == JobKind.REPLY:
+                job.open = False
+                self.counters["episodes_ok" if ok else "episodes_failed"] += 1
+            elif kind == JobKind.ERROR:
+                job.open = False
+                self.counters["episodes_failed"] += 1
+            elif not ok:
+                # The client cannot take the stream (gone, or not reading): stop the run.
+                self.fail_job(job, ServeError("client is not reading its stream"))
+        if kind != JobKind.DELTA:
+            self.release(job)
+
+    # -- introspection ---------------------------------------------------------------------
+    def health(self) -> dict[str, Any]:
+        """Honest health: unhealthy when no worker is alive or the server is stopping."""
+        live = self.workers.count("ready")
+        return {
+            "healthy": live > 0 and not self.stopping,
+            "workers_live": live,
+            "workers_total": len(self.workers.all),
+            "workers_starting": self.workers.count("starting"),
+            "inflight": self.inflight,
+            "queued": len(self.queue),
+            "max_inflight": self.config.max_inflight,
+            "max_queue": self.config.max_queue,
+            "stopping": self.stopping,
+            "last_worker_error": self.workers.last_error,
+            "env": self.env,
+            "pid": os.getpid(),
+        }
+
+    def stats(self) -> dict[str, Any]:
+        """Health plus counters and one row per worker."""
+        return {
+            **self.health(),
+            **self.counters,
+            "uptime_s": time.time() - self.started_at,
+            "worker_starts": self.workers.starts,
+            "worker_deaths": self.workers.deaths,
+            "workers": [w.row() for w in self.workers.all.values()],
+        }

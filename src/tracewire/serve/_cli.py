@@ -1,0 +1,93 @@
+"""``tracewire serve ENV``: run the env server until SIGINT/SIGTERM, then drain and stop."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import signal
+import sys
+from typing import Any
+
+import msgspec
+
+from ._broker import EnvServer
+from ._config import DEFAULT_ADDRESS, ServerConfig
+
+__all__ = ["HELP", "configure", "run"]
+
+HELP = "Serve an environment's rollouts over ZMQ from a pool of worker processes."
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    """Add the ``serve`` options to ``parser``."""
+    d = ServerConfig()
+    parser.add_argument("env", help="environment name ('standin': no model, for benchmarks)")
+    parser.add_argument("--address", default=DEFAULT_ADDRESS,
+                        help=f"ZMQ address to bind (default {DEFAULT_ADDRESS}; port 0 = any)")
+    parser.add_argument("--workers", type=int, default=d.workers,
+                        help="workers kept alive (default %(default)s)")
+    parser.add_argument("--max-workers", type=int, default=None,
+                        help="most workers under load (default: --workers)")
+    parser.add_argument("--max-inflight", type=int, default=d.max_inflight,
+                        help="episodes running at once (default %(default)s)")
+    parser.add_argument("--max-queue", type=int, default=None,
+                        help="episodes waiting beyond that (default 4x max-inflight)")
+    parser.add_argument("--run-timeout", type=float, default=d.run_timeout,
+                        help="seconds one episode may run (default %(default)s)")
+    parser.add_argument("--queue-timeout", type=float, default=d.queue_timeout,
+                        help="seconds an episode may wait for a worker (default %(default)s)")
+    parser.add_argument("--drain-timeout", type=float, default=30.0,
+                        help="on shutdown, seconds to let in-flight runs finish (default 30)")
+    parser.add_argument("--idle", type=float, default=d.idle_s,
+                        help="stop a surplus worker idle this long (default %(default)s s)")
+    parser.add_argument("--runner", default=None,
+                        help="runner factory 'module:attribute' (default: by env)")
+    parser.add_argument("--base-url", default=None,
+                        help="model server for real environments (default: built-in model)")
+    parser.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
+                        help="option for the runner factory (value parsed as JSON if it can be)")
+
+
+def _options(args: argparse.Namespace) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for item in args.option:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise SystemExit(f"--option {item!r} is not KEY=VALUE")
+        try:
+            out[key] = msgspec.json.decode(value)
+        except msgspec.DecodeError:
+            out[key] = value
+    if args.base_url:
+        out["base_url"] = args.base_url
+    return out
+
+
+async def _serve(args: argparse.Namespace) -> int:
+    cfg = ServerConfig(workers=args.workers, max_workers=args.max_workers,
+                       max_inflight=args.max_inflight, max_queue=args.max_queue,
+                       run_timeout=args.run_timeout, queue_timeout=args.queue_timeout,
+                       idle_s=args.idle)
+    server = EnvServer(args.env, address=args.address, config=cfg, factory=args.runner,
+                       options=_options(args))
+    await server.start()
+    print(f"serving {args.env} on {server.address}", flush=True)
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    print("draining", flush=True)
+    await server.stop(drain=True, timeout=args.drain_timeout)
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the server until interrupted; returns the exit status."""
+    try:
+        return asyncio.run(_serve(args))
+    except (ValueError, OSError) as exc:
+        print(f"tracewire serve: {exc}", file=sys.stderr)
+        return 2

@@ -1,0 +1,343 @@
+"""EnvClient: asks env servers for rollouts and assembles the streamed episodes.
+
+One DEALER socket per server and one receive loop per socket; answers are matched to
+requests by request id. Each delta is sequence- and cursor-checked by an
+:class:`~tracewire.codec.EpisodeAssembler`; a frame that cannot be read is logged and
+skipped (the request it belonged to, if any, fails with a clear error), never ending the
+loop. Cancelling an awaiting call, or its timeout, tells the server to cancel the run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import zmq
+import zmq.asyncio
+
+from .._errors import DeltaError, ProtocolError, RunTimeout, ServeError, TracewireError
+from ..codec import EpisodeAssembler, EpisodeDelta, decode_frames
+from ..trace import SCHEMA_VERSION, Episode, new_id
+from ._protocol import (
+    PROTOCOL_VERSION,
+    cursor_list,
+    decode_envelope,
+    encode_envelope,
+    error_from_body,
+)
+
+__all__ = ["DEFAULT_TIMEOUT", "EnvClient", "OnDelta", "RunResult"]
+
+log = logging.getLogger("tracewire.serve.client")
+
+#: Client-side deadline of one run or group (longer than the server's default run timeout,
+#: so the server's clearer error normally arrives first).
+DEFAULT_TIMEOUT = 900.0
+#: Called on the receive loop with each applied delta and the episode assembled so far.
+OnDelta = Callable[[EpisodeDelta, Episode], object]
+
+
+@dataclass
+class RunResult:
+    """One received episode, with what it cost on the wire.
+
+    ``frames`` (only with ``keep_frames=True``) are the frames of the whole episode exactly
+    as they arrived, for ``Run.append_frames(frames)``.
+    """
+
+    episode: Episode
+    request_id: str
+    server: str
+    deltas: int = 0
+    wire_bytes: int = 0
+    frames: list[memoryview] | None = None
+
+
+@dataclass(eq=False)
+class _Request:
+    rid: str
+    kind: str
+    server: str
+    fut: asyncio.Future[Any]
+    n: int = 1
+    on_delta: OnDelta | None = None
+    assemblers: dict[int, EpisodeAssembler] = field(default_factory=dict)
+    results: dict[int, RunResult] = field(default_factory=dict)
+    wire: dict[int, int] = field(default_factory=dict)
+
+    def fail(self, exc: BaseException) -> None:
+        if not self.fut.done():
+            self.fut.set_exception(exc)
+
+
+class EnvClient:
+    """Client of one or several env servers; spreads runs over them by pending load."""
+
+    def __init__(self, address: str | Sequence[str], *, timeout: float = DEFAULT_TIMEOUT,
+                 protocol: int = PROTOCOL_VERSION) -> None:
+        self.addresses = [address] if isinstance(address, str) else list(address)
+        if not self.addresses:
+            raise ValueError("EnvClient needs at least one server address")
+        self.timeout = timeout
+        self._protocol = protocol  # another value only to test the server's refusal
+        self._ctx: zmq.asyncio.Context | None = None
+        self._socks: dict[str, zmq.asyncio.Socket] = {}
+        self._loops: list[asyncio.Task[None]] = []
+        self._pending: dict[str, _Request] = {}
+        self._rr = itertools.count()
+
+    # -- connection ------------------------------------------------------------------------
+    def _ensure(self) -> None:
+        if self._ctx is not None:
+            return
+        self._ctx = zmq.asyncio.Context()
+        for addr in self.addresses:
+            s = self._ctx.socket(zmq.DEALER)
+            s.setsockopt(zmq.LINGER, 0)
+            try:
+                s.connect(addr)
+            except zmq.ZMQError as exc:
+                raise ServeError(f"cannot connect to {addr}: {exc}") from exc
+            self._socks[addr] = s
+            self._loops.append(asyncio.create_task(self._recv_loop(addr, s)))
+
+    async def connect(self, timeout: float = 10.0) -> EnvClient:
+        """Check every server answers and speaks this protocol/schema version."""
+        self._ensure()
+        for addr in self.addresses:
+            body = await self._call(addr, "hello", {}, timeout)
+            if body.get("proto") != PROTOCOL_VERSION or body.get("schema") != SCHEMA_VERSION:
+                raise ProtocolError(f"{addr} speaks protocol {body.get('proto')} / schema "
+                                    f"{body.get('schema')}; this client speaks "
+                                    f"{PROTOCOL_VERSION} / {SCHEMA_VERSION}")
+        return self
+
+    async def close(self) -> None:
+        """Fail pending requests, stop the receive loops and close the sockets."""
+        for req in list(self._pending.values()):
+            req.fail(ServeError("client closed"))
+        for t in self._loops:
+            t.cancel()
+        await asyncio.gather(*self._loops, return_exceptions=True)
+        for s in self._socks.values():
+            s.close(linger=0)
+        if self._ctx is not None:
+            self._ctx.term()
+        self._socks.clear()
+        self._loops.clear()
+        self._ctx = None
+
+    async def __aenter__(self) -> EnvClient:
+        return await self.connect()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # -- requests --------------------------------------------------------------------------
+    def _pick(self) -> str:
+        load = {a: 0 for a in self.addresses}
+        for req in self._pending.values():
+            load[req.server] = load.get(req.server, 0) + 1
+        start = next(self._rr)
+        order = self.addresses[start % len(self.addresses):] + \
+            self.addresses[: start % len(self.addresses)]
+        return min(order, key=lambda a: load[a])
+
+    def _send_now(self, addr: str, kind: str, rid: str, body: dict[str, Any]) -> None:
+        with contextlib.suppress(zmq.ZMQError):
+            self._socks[addr].send(encode_envelope(kind, rid, body, proto=self._protocol),
+                                   flags=zmq.NOBLOCK)
+
+    async def _call(self, addr: str, kind: str, body: dict[str, Any], timeout: float,
+                    req: _Request | None = None) -> Any:
+        self._ensure()
+        loop = asyncio.get_running_loop()
+        if req is None:
+            req = _Request(new_id(), kind, addr, loop.create_future())
+        self._pending[req.rid] = req
+        try:
+            async with asyncio.timeout(timeout):
+                try:
+                    await self._socks[addr].send(
+                        encode_envelope(kind, req.rid, body, proto=self._protocol))
+                except zmq.ZMQError as exc:
+                    raise ServeError(f"cannot send to {addr}: {exc}") from exc
+                return await req.fut
+        except TimeoutError as exc:
+            if kind in ("run", "run_group"):
+                self._send_now(addr, "cancel", new_id(), {"target": req.rid})
+                raise RunTimeout(f"{kind} {req.rid} on {addr}: no answer within {timeout}s "
+                                 "(client-side timeout); asked the server to cancel") from exc
+            raise ServeError(f"{kind}: no answer from {addr} within {timeout}s") from exc
+        except asyncio.CancelledError:
+            if kind in ("run", "run_group") and not req.fut.done():
+                self._send_now(addr, "cancel", new_id(), {"target": req.rid})
+            raise
+        finally:
+            self._pending.pop(req.rid, None)
+
+    async def _episodes(self, kind: str, task: dict[str, Any], r: int, on_delta: OnDelta | None,
+                        timeout: float | None, keep_frames: bool, request_id: str | None,
+                        group_id: str | None) -> list[RunResult]:
+        addr = self._pick()
+        loop = asyncio.get_running_loop()
+        req = _Request(request_id or new_id(), kind, addr, loop.create_future(), n=r,
+                       on_delta=on_delta)
+        if req.rid in self._pending:
+            raise ValueError(f"request id {req.rid!r} is already in use")
+        body: dict[str, Any] = {"task": task, "stream": on_delta is not None or not keep_frames,
+                                "keep_frames": keep_frames}
+        if kind == "run_group":
+            body["r"] = r
+            if group_id is not None:
+                body["group_id"] = group_id
+        results: dict[int, RunResult] = await self._call(
+            addr, kind, body, self.timeout if timeout is None else timeout, req)
+        return [results[i] for i in range(r)]
+
+    async def run(self, task: dict[str, Any], *, on_delta: OnDelta | None = None,
+                  timeout: float | None = None, keep_frames: bool = False,
+                  request_id: str | None = None) -> RunResult:
+        """Run one episode of ``task``; deltas stream to ``on_delta`` as turns commit.
+
+        With ``keep_frames`` the result also holds the whole episode's frames as received
+        (without ``on_delta`` the server then sends only those, not the deltas).
+        """
+        out = await self._episodes("run", task, 1, on_delta, timeout, keep_frames, request_id,
+                                   None)
+        return out[0]
+
+    async def run_group(self, task: dict[str, Any], r: int, *, on_delta: OnDelta | None = None,
+                        timeout: float | None = None, keep_frames: bool = False,
+                        request_id: str | None = None,
+                        group_id: str | None = None) -> list[RunResult]:
+        """Run ``r`` episodes of ``task`` sharing one group id (spread over workers)."""
+        return await self._episodes("run_group", task, r, on_delta, timeout, keep_frames,
+                                    request_id, group_id)
+
+    async def cancel(self, request_id: str, timeout: float = 10.0) -> int:
+        """Cancel a run or group by request id; returns how many episodes were cancelled."""
+        req = self._pending.get(request_id)
+        targets = [req.server] if req is not None else self.addresses
+        n = 0
+        for addr in targets:
+            body = await self._call(addr, "cancel", {"target": request_id}, timeout)
+            n += int(body.get("cancelled", 0))
+        return n
+
+    async def _info(self, kind: str, address: str | None, timeout: float) -> dict[str, Any]:
+        if address is not None or len(self.addresses) == 1:
+            return dict(await self._call(address or self.addresses[0], kind, {}, timeout))
+        servers: dict[str, Any] = {}
+        for addr in self.addresses:
+            try:
+                servers[addr] = await self._call(addr, kind, {}, timeout)
+            except TracewireError as exc:
+                servers[addr] = {"healthy": False, "error": str(exc)}
+        return {"healthy": any(s.get("healthy") for s in servers.values()), "servers": servers}
+
+    async def health(self, address: str | None = None, timeout: float = 10.0) -> dict[str, Any]:
+        """Health of one server (or of all, with ``healthy`` true if any is)."""
+        return await self._info("health", address, timeout)
+
+    async def stats(self, address: str | None = None, timeout: float = 10.0) -> dict[str, Any]:
+        """Counters and per-worker rows of one server (or of all)."""
+        return await self._info("stats", address, timeout)
+
+    # -- receiving -------------------------------------------------------------------------
+    async def _recv_loop(self, addr: str, sock: zmq.asyncio.Socket) -> None:
+        while True:
+            try:
+                frames = await sock.recv_multipart(copy=False)
+            except zmq.ZMQError as exc:
+                if exc.errno in (zmq.ETERM, zmq.ENOTSOCK):
+                    return
+                log.warning("receive from %s failed: %s", addr, exc)
+                await asyncio.sleep(0.01)
+                continue
+            try:
+                self._on_message(addr, frames)
+            except Exception as exc:
+                log.warning("malformed message from %s skipped: %s", addr, exc)
+
+    def _on_message(self, addr: str, frames: list[Any]) -> None:
+        try:
+            env = decode_envelope(frames[0].buffer)
+        except ProtocolError as exc:
+            req = self._pending.get(getattr(exc, "rid", None) or "")
+            if req is not None:
+                req.fail(exc)
+            raise
+        req = self._pending.get(env.rid)
+        if req is None:
+            if env.kind == "error":
+                log.warning("error from %s for no pending request: %s", addr,
+                            error_from_body(env.body, addr))
+            return
+        if env.kind == "error":
+            req.fail(error_from_body(env.body, addr))
+        elif env.kind not in ("delta", "reply"):
+            raise ProtocolError(f"unknown answer kind {env.kind!r}")
+        elif req.kind not in ("run", "run_group"):
+            if not req.fut.done():
+                req.fut.set_result(env.body)
+        else:
+            try:
+                self._on_episode_frames(req, env.kind, env.body, frames)
+            except TracewireError as exc:
+                req.fail(exc if isinstance(exc, ServeError | DeltaError) else
+                         ProtocolError(f"bad {env.kind} from {addr}: {exc}"))
+                raise
+
+    def _on_episode_frames(self, req: _Request, kind: str, body: dict[str, Any],
+                           frames: list[Any]) -> None:
+        i = body.get("i", 0)
+        if not isinstance(i, int) or not 0 <= i < req.n or i in req.results:
+            raise ProtocolError(f"{kind} for episode index {i!r} of a request for {req.n}")
+        bufs = [f.buffer for f in frames[1:]]
+        req.wire[i] = req.wire.get(i, 0) + sum(f.buffer.nbytes for f in frames)
+        asm = req.assemblers.setdefault(i, EpisodeAssembler())
+        if kind == "delta":
+            d = decode_frames(bufs)
+            if not isinstance(d, EpisodeDelta):
+                raise ProtocolError(f"delta frames hold a {type(d).__name__}")
+            self._apply(req, asm, d)
+            return
+        # Final reply: the last delta, or the whole episode (keep_frames).
+        keep: list[memoryview] | None = None
+        if body.get("frames") == "episode":
+            ep = decode_frames(bufs)
+            if not isinstance(ep, Episode):
+                raise ProtocolError(f"episode frames hold a {type(ep).__name__}")
+            keep = bufs
+        else:
+            d = decode_frames(bufs)
+            if not isinstance(d, EpisodeDelta) or not d.final:
+                raise ProtocolError("reply frames are not a final delta")
+            ep = self._apply(req, asm, d)
+        if asm.seq != body.get("seq"):
+            raise DeltaError(f"episode {ep.id}: got {asm.seq} deltas, server sent "
+                             f"{body.get('seq')}")
+        cursors = body.get("cursors", {})
+        have = {t.id: cursor_list(t) for t in ep.traces}
+        if have != cursors:
+            raise DeltaError(f"episode {ep.id}: assembled cursors {have} disagree with the "
+                             f"server's {cursors}")
+        req.results[i] = RunResult(ep, req.rid, req.server, asm.seq, req.wire[i], keep)
+        if len(req.results) == req.n and not req.fut.done():
+            req.fut.set_result(req.results)
+
+    @staticmethod
+    def _apply(req: _Request, asm: EpisodeAssembler, d: EpisodeDelta) -> Episode:
+        ep = asm.apply(d)
+        if req.on_delta is not None:
+            try:
+                req.on_delta(d, ep)
+            except Exception:
+                log.exception("on_delta callback failed (ignored)")
+        return ep

@@ -1,0 +1,88 @@
+"""Where workers come from: the :class:`WorkerPool` interface and the local process pool.
+
+The broker asks a pool to start a worker that connects to the broker's worker endpoint and
+speaks the worker protocol; it learns a worker is alive from its ``ready`` and heartbeats,
+and that it is gone from :meth:`WorkerHandle.wait` (or missing heartbeats). Nothing else
+about the pool reaches the broker or any client, so another backend (e.g. actors on a
+cluster engine, connecting over TCP) only has to implement these two small classes.
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import contextlib
+import os
+import sys
+
+import msgspec
+
+from ._config import WorkerConfig
+
+__all__ = ["LocalProcessPool", "ProcessHandle", "WorkerHandle", "WorkerPool"]
+
+
+class WorkerHandle(abc.ABC):
+    """One started worker, as seen by the broker."""
+
+    #: Operating-system process id, when the worker is a local process.
+    pid: int | None = None
+
+    @abc.abstractmethod
+    async def wait(self) -> int:
+        """Wait until the worker has exited; return its exit status (negative: signal)."""
+
+    @abc.abstractmethod
+    def kill(self) -> None:
+        """Stop the worker at once (it may be hung)."""
+
+    @abc.abstractmethod
+    def terminate(self) -> None:
+        """Ask the worker's process to exit."""
+
+
+class WorkerPool(abc.ABC):
+    """Starts workers that connect to a broker; a backend implements this and nothing more."""
+
+    @abc.abstractmethod
+    async def start(self, config: WorkerConfig) -> WorkerHandle:
+        """Start one worker with ``config`` (its id, endpoint, env and runner factory)."""
+
+    async def close(self) -> None:  # noqa: B027 (optional hook, default does nothing)
+        """Release whatever the pool holds (called once, after every worker has exited)."""
+
+
+class ProcessHandle(WorkerHandle):
+    """A worker running as a local subprocess."""
+
+    def __init__(self, proc: asyncio.subprocess.Process) -> None:
+        self.proc = proc
+        self.pid = proc.pid
+
+    async def wait(self) -> int:
+        return await self.proc.wait()
+
+    def kill(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            self.proc.kill()
+
+    def terminate(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            self.proc.terminate()
+
+
+class LocalProcessPool(WorkerPool):
+    """Starts each worker as ``python -m tracewire.serve._worker CONFIG`` on this machine."""
+
+    def __init__(self, python: str | None = None, env: dict[str, str] | None = None) -> None:
+        self.python = python or sys.executable
+        self.env = env
+
+    async def start(self, config: WorkerConfig) -> WorkerHandle:
+        proc = await asyncio.create_subprocess_exec(
+            self.python, "-m", "tracewire.serve._worker",
+            msgspec.json.encode(config).decode(),
+            stdin=asyncio.subprocess.DEVNULL,
+            env={**os.environ, **self.env} if self.env else None,
+        )
+        return ProcessHandle(proc)

@@ -1,0 +1,112 @@
+"""The runner interface workers call, the stand-in runner, and loading runner factories.
+
+A *runner* is ``async runner(task, episode) -> None``: it fills the episode's traces and calls
+``trace.notify()`` as turns commit; the worker streams whatever appears. A *runner factory*
+is ``factory(env, options)`` returning an async context manager that yields a runner (so a
+factory can start a model server and a proxy once per worker and stop them at the end).
+Factories are named ``"module:attribute"`` so worker processes can import them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import numpy as np
+
+from .._errors import EnvError
+from ..trace import Call, Episode, Message, Span
+
+__all__ = [
+    "ENV_FACTORY",
+    "STANDIN_FACTORY",
+    "Runner",
+    "RunnerFactory",
+    "load_factory",
+    "standin_factory",
+    "standin_runner",
+]
+
+#: Fills ``episode`` for ``task``; calls ``trace.notify()`` as turns commit.
+Runner = Callable[[dict[str, Any], Episode], Awaitable[None]]
+#: ``factory(env, options)`` -> async context manager yielding a :data:`Runner`.
+RunnerFactory = Callable[[str, dict[str, Any]], contextlib.AbstractAsyncContextManager[Runner]]
+
+STANDIN_FACTORY = "tracewire.serve._runner:standin_factory"
+ENV_FACTORY = "tracewire.serve._envrunner:env_factory"
+
+
+def standin_runner(turns: int = 10, tokens: int = 1000, delay: float = 0.0) -> Runner:
+    """A runner with no model: ``turns`` turns of ``tokens`` sampled tokens each.
+
+    A task may override ``turns``, ``tokens`` and ``delay`` (seconds between turns). Each turn
+    appends a user node (8 prompt tokens) and an assistant node (``tokens`` tokens, mask 1,
+    logprobs), one ``Call``, then notifies; the transport is what gets measured.
+    """
+    cache: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+
+    def arrays(k: int) -> tuple[np.ndarray, np.ndarray]:
+        if k not in cache:
+            rng = np.random.default_rng(k)
+            cache[k] = (rng.integers(0, 150_000, k, dtype=np.int32),
+                        -rng.random(k, dtype=np.float32))
+        return cache[k]
+
+    async def run(task: dict[str, Any], episode: Episode) -> None:
+        n = int(task.get("turns", turns))
+        k = int(task.get("tokens", tokens))
+        pause = float(task.get("delay", delay))
+        ids, lps = arrays(k)
+        prompt = np.arange(8, dtype=np.int32)
+        episode.timing["agent"] = Span(start=time.time())
+        trace = episode.new_trace(agent={"name": "standin"})
+        parent: int | None = None
+        for turn in range(n):
+            user = trace.add_node(Message(role="user", content=f"turn {turn}"), parent=parent,
+                                  ids=prompt)
+            out = trace.add_node(Message(role="assistant", content=f"answer {turn}"),
+                                 parent=user, sampled=True, ids=ids, logprobs=lps)
+            trace.add_call(Call(model="standin", endpoint="chat", finish_reason="stop",
+                                usage={"prompt_tokens": 8, "completion_tokens": k},
+                                node=out, prompt_node=user))
+            parent = out
+            trace.notify()
+            # Yield so the worker can stream; a real harness waits on the model here.
+            await asyncio.sleep(pause)
+        trace.stop = "max_turns"
+        trace.completed = True
+        trace.set_reward("standin", 1.0)
+        episode.timing["agent"] = Span(start=episode.timing["agent"].start, end=time.time())
+        trace.notify()
+
+    return run
+
+
+@contextlib.asynccontextmanager
+async def standin_factory(env: str, options: dict[str, Any]) -> AsyncIterator[Runner]:
+    """Factory of :func:`standin_runner`; options ``turns``, ``tokens``, ``delay``.
+
+    ``fail_start`` makes the worker fail at start-up (to exercise the pool's failure paths).
+    """
+    if options.get("fail_start"):
+        raise EnvError(f"stand-in environment {env!r} told to fail at start-up")
+    yield standin_runner(int(options.get("turns", 10)), int(options.get("tokens", 1000)),
+                         float(options.get("delay", 0.0)))
+
+
+def load_factory(spec: str) -> RunnerFactory:
+    """Import a runner factory named ``"module:attribute"``; raises ``EnvError``."""
+    module, sep, attr = spec.partition(":")
+    if not sep or not module or not attr:
+        raise EnvError(f"runner factory {spec!r} is not of the form 'module:attribute'")
+    try:
+        obj = getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError) as exc:
+        raise EnvError(f"cannot load runner factory {spec!r}: {exc}") from exc
+    if not callable(obj):
+        raise EnvError(f"runner factory {spec!r} is not callable")
+    return obj  # type: ignore[no-any-return]

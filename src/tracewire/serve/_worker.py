@@ -1,0 +1,189 @@
+"""Worker process: runs rollouts concurrently on its own event loop and streams them.
+
+Started by a :class:`~tracewire.serve.WorkerPool` as ``python -m tracewire.serve._worker
+CONFIG_JSON``. It connects a DEALER socket (routing id = its worker id) to the broker's
+worker endpoint, builds its runner from the factory, says ``ready``, heartbeats, and for
+each ``run`` streams the episode as delta frames behind a job frame. A cancelled job
+answers ``CANCELLED`` so the broker frees its slot. If the factory fails the worker reports
+``fatal`` with the reason and exits 3.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import sys
+from typing import Any
+
+import msgspec
+import zmq
+import zmq.asyncio
+
+from ..codec import EpisodeDelta, encode_frames
+from ..trace import Episode
+from ._config import WorkerConfig
+from ._protocol import (
+    JobKind,
+    cursor_list,
+    decode_envelope,
+    encode_envelope,
+    error_body,
+    job_frame,
+)
+from ._runner import Runner, load_factory
+from ._stream import EpisodeStreamer
+
+__all__ = ["main"]
+
+log = logging.getLogger("tracewire.serve.worker")
+
+
+class _Worker:
+    def __init__(self, cfg: WorkerConfig, sock: zmq.asyncio.Socket, runner: Runner) -> None:
+        self.cfg = cfg
+        self.sock = sock
+        self.runner = runner
+        self.jobs: dict[int, asyncio.Task[None]] = {}
+        self.stopping = False
+
+    async def send(self, frames: list[Any]) -> None:
+        await self.sock.send_multipart(frames, copy=False)
+
+    async def heartbeat(self) -> None:
+        while True:
+            await asyncio.sleep(self.cfg.heartbeat_s)
+            await self.send([b"", encode_envelope("hb", "", {"load": len(self.jobs)})])
+
+    async def run_job(self, job: int, rid: str, body: dict[str, Any]) -> None:
+        try:
+            await self._run_job(job, rid, body)
+        except asyncio.CancelledError:
+            # Always answer, whatever phase the cancel hit, so the broker frees the slot.
+            await self.send([job_frame(job, JobKind.CANCELLED), encode_envelope("error", rid)])
+        except Exception as exc:
+            log.exception("job %d failed", job)
+            await self.send([job_frame(job, JobKind.ERROR), encode_envelope(
+                "error", rid, error_body(exc, i=int(body.get("index", 0))))])
+
+    async def _run_job(self, job: int, rid: str, body: dict[str, Any]) -> None:
+        task = body.get("task") or {}
+        index = int(body.get("index", 0))
+        episode = Episode(env=self.cfg.env, task_key=str(task.get("key", "")), task=task,
+                          group_id=body.get("group_id"), group_index=index)
+
+        async def send_delta(d: EpisodeDelta, frames: list[Any]) -> None:
+            env = encode_envelope("delta", rid, {"i": index})
+            await self.send([job_frame(job, JobKind.DELTA), env, *frames])
+
+        streamer = EpisodeStreamer(episode, send_delta, stream=bool(body.get("stream", True)),
+                                   coalesce_s=self.cfg.coalesce_s)
+        streamer.start()
+        try:
+            await self.runner(task, episode)
+        except Exception as exc:
+            # A runner should record rollout failures itself; one that raises still yields
+            # an episode (marked not ok) rather than a lost run.
+            log.exception("job %d: runner raised", job)
+            episode.add_error(type(exc).__name__, str(exc), phase="runner")
+        finally:
+            await streamer.finish()
+        await self.reply(job, rid, index, streamer, bool(body.get("keep_frames", False)))
+
+    async def reply(self, job: int, rid: str, index: int, streamer: EpisodeStreamer,
+                    keep_frames: bool) -> None:
+        episode = streamer.episode
+        body: dict[str, Any] = {
+            "i": index,
+            "cursors": {t.id: cursor_list(t) for t in episode.traces},
+        }
+        frames: list[Any]
+        if keep_frames:
+            # The whole episode, ready to be persisted by the client as it arrives.
+            frames = encode_frames(episode)
+            body["frames"] = "episode"
+            if streamer.sender.seq:
+                await streamer.flush()
+        else:
+            d = streamer.sender.delta(final=True)
+            assert d is not None  # final=True always yields a delta
+            frames = encode_frames(d)
+            body["frames"] = "delta"
+        body["seq"] = streamer.sender.seq + (0 if keep_frames else 1)
+        await self.send([job_frame(job, JobKind.REPLY), encode_envelope("reply", rid, body),
+                         *frames])
+
+    def start_job(self, job: int, rid: str, body: dict[str, Any]) -> None:
+        t = asyncio.create_task(self.run_job(job, rid, body), name=f"job-{job}")
+        self.jobs[job] = t
+        t.add_done_callback(lambda _t: self.jobs.pop(job, None))
+
+    async def serve(self) -> None:
+        while True:
+            frames = await self.sock.recv_multipart()
+            try:
+                env = decode_envelope(frames[0])
+            except Exception:
+                log.exception("worker %s: bad message from the broker", self.cfg.worker_id)
+                continue
+            if env.kind == "run":
+                self.start_job(int(env.body["job"]), env.rid, env.body)
+            elif env.kind == "cancel":
+                t = self.jobs.get(int(env.body["job"]))
+                if t is not None:
+                    t.cancel()
+            elif env.kind == "stop":
+                # The broker has already answered for any job still here: stop them.
+                self.stopping = True
+                for t in list(self.jobs.values()):
+                    t.cancel()
+                if self.jobs:
+                    await asyncio.gather(*self.jobs.values(), return_exceptions=True)
+                return
+
+
+async def _amain(cfg: WorkerConfig) -> int:
+    ctx = zmq.asyncio.Context()
+    sock = ctx.socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 2000)
+    sock.setsockopt(zmq.ROUTING_ID, cfg.worker_id.encode())
+    sock.connect(cfg.endpoint)
+    try:
+        try:
+            factory = load_factory(cfg.factory)
+            cm = factory(cfg.env, cfg.options)
+            runner = await cm.__aenter__()
+        except Exception as exc:
+            log.exception("worker %s: cannot start", cfg.worker_id)
+            await sock.send_multipart([b"", encode_envelope("fatal", "", error_body(exc))])
+            return 3
+        try:
+            w = _Worker(cfg, sock, runner)
+            await w.send([b"", encode_envelope("ready", "", {"pid": os.getpid()})])
+            hb = asyncio.create_task(w.heartbeat())
+            try:
+                await w.serve()
+            finally:
+                hb.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await hb
+        finally:
+            await cm.__aexit__(None, None, None)
+        return 0
+    finally:
+        sock.close()
+        ctx.term()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of a worker process; ``argv[0]`` is the JSON :class:`WorkerConfig`."""
+    args = sys.argv[1:] if argv is None else argv
+    logging.basicConfig(level=os.environ.get("TRACEWIRE_LOG", "WARNING"),
+                        format="%(asctime)s worker %(process)d %(levelname)s %(message)s")
+    cfg = msgspec.json.decode(args[0], type=WorkerConfig)
+    return asyncio.run(_amain(cfg))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,204 @@
+"""The broker's view of its workers: start, restart with back-off, scale, detect hangs.
+
+A worker is ``starting`` until it says ``ready``, then ``ready`` (takes work), ``retiring``
+(told to stop because idle) and finally ``dead``. A death is noticed from the pool handle's
+``wait()`` (milliseconds after the process exits) or from missing heartbeats (hung worker,
+killed); either way its in-flight jobs fail at once with ``WorkerDiedError``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from ._config import WorkerConfig
+from ._pool import WorkerHandle, WorkerPool
+
+if TYPE_CHECKING:
+    from ._broker import EnvServer
+
+__all__ = ["Job", "WorkerState", "Workers"]
+
+log = logging.getLogger("tracewire.serve")
+
+
+@dataclass(eq=False)
+class Job:
+    """One episode requested by a client: queued, then running on one worker."""
+
+    id: int
+    client: bytes
+    rid: str
+    index: int
+    body: dict[str, Any]
+    queued_at: float
+    worker: str | None = None
+    deadline: float | None = None
+    #: False once the client got its final answer (reply or error); later output is dropped.
+    open: bool = True
+
+
+@dataclass(eq=False)
+class WorkerState:
+    """What the broker knows about one worker."""
+
+    id: str
+    state: str = "starting"
+    handle: WorkerHandle | None = None
+    pid: int | None = None
+    started: float = field(default_factory=time.monotonic)
+    last_seen: float = field(default_factory=time.monotonic)
+    idle_since: float = field(default_factory=time.monotonic)
+    jobs: set[int] = field(default_factory=set)
+    done: int = 0
+
+    def row(self) -> dict[str, Any]:
+        """A row for ``stats``."""
+        return {"id": self.id, "state": self.state, "pid": self.pid, "load": len(self.jobs),
+                "done": self.done, "age_s": round(time.monotonic() - self.started, 3)}
+
+
+class Workers:
+    """Keeps between ``workers`` and ``max_workers`` workers alive for one broker."""
+
+    def __init__(self, server: EnvServer, pool: WorkerPool) -> None:
+        self.server = server
+        self.pool = pool
+        self.all: dict[str, WorkerState] = {}
+        self.starts = 0
+        self.deaths = 0
+        self.last_error: str | None = None
+        self._n = 0
+        self._failures = 0
+        self._not_before = 0.0
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def get(self, wid: str) -> WorkerState | None:
+        return self.all.get(wid)
+
+    def count(self, state: str) -> int:
+        return sum(1 for w in self.all.values() if w.state == state)
+
+    def least_loaded(self) -> WorkerState | None:
+        ready = [w for w in self.all.values() if w.state == "ready"]
+        return min(ready, key=lambda w: len(w.jobs)) if ready else None
+
+    # -- starting and stopping -------------------------------------------------------------
+    def ensure(self) -> None:
+        """Start workers up to the minimum, or one more when all are busy (scale up)."""
+        srv, cfg = self.server, self.server.config
+        if srv.stopping or time.monotonic() < self._not_before:
+            return
+        alive = [w for w in self.all.values() if w.state in ("starting", "ready")]
+        want = cfg.workers
+        starting = any(w.state == "starting" for w in alive)
+        assert cfg.slots_per_worker is not None and cfg.max_workers is not None
+        ready = [w for w in alive if w.state == "ready"]
+        saturated = bool(ready) and all(len(w.jobs) >= 0.9 * cfg.slots_per_worker for w in ready)
+        if not starting and (srv.queue or saturated):
+            want = max(want, len(alive) + 1)
+        want = min(want, cfg.max_workers)
+        for _ in range(want - len(alive)):
+            self._spawn()
+
+    def _spawn(self) -> None:
+        self._n += 1
+        w = WorkerState(id=f"w{self._n}-{id(self) & 0xFFFF:x}")
+        self.all[w.id] = w
+        t = asyncio.create_task(self._run(w), name=f"worker-{w.id}")
+        self._tasks.add(t)
+        t.add_done_callback(self._tasks.discard)
+
+    async def _run(self, w: WorkerState) -> None:
+        srv = self.server
+        cfg = WorkerConfig(endpoint=srv.worker_endpoint, worker_id=w.id, env=srv.env,
+                           factory=srv.factory, options=srv.options,
+                           heartbeat_s=srv.config.heartbeat_s, coalesce_s=srv.config.coalesce_s)
+        self.starts += 1
+        try:
+            w.handle = await self.pool.start(cfg)
+        except Exception as exc:
+            log.exception("cannot start worker %s", w.id)
+            self._dead(w, None, f"cannot start worker: {exc}")
+            return
+        w.pid = w.handle.pid
+        status = await w.handle.wait()
+        self._dead(w, status, None)
+
+    def _dead(self, w: WorkerState, status: int | None, why: str | None) -> None:
+        was = w.state
+        w.state = "dead"
+        self.all.pop(w.id, None)
+        if was != "retiring":
+            self.deaths += 1
+            if why is None:
+                why = f"worker {w.id} (pid {w.pid}) exited with status {status}"
+                if was == "starting" and self.last_error and w.id in self.last_error:
+                    why = self.last_error
+            self.last_error = why
+            # Back off when workers die young (a crash loop), not after a long healthy life.
+            young = time.monotonic() - w.started < 5.0
+            self._failures = self._failures + 1 if young else 0
+            if self._failures:
+                self._not_before = time.monotonic() + min(5.0, 0.1 * 2 ** (self._failures - 1))
+            log.warning("%s", why)
+        self.server.worker_died(w, -1 if status is None else status)
+        self.server.pump()
+
+    def kill(self, w: WorkerState, reason: str) -> None:
+        """Kill a worker that misbehaves; its death is then handled as any other."""
+        self.last_error = f"worker {w.id} (pid {w.pid}) killed: {reason}"
+        log.warning("%s", self.last_error)
+        if w.handle is not None:
+            w.handle.kill()
+
+    def control(self, w: WorkerState, kind: str, body: dict[str, Any]) -> None:
+        """A control message from a worker: ``ready``, ``hb`` or ``fatal``."""
+        if kind == "ready" and w.state == "starting":
+            w.state = "ready"
+            w.idle_since = time.monotonic()
+            self.server.pump()
+        elif kind == "fatal":
+            self.last_error = (f"worker {w.id} failed to start: "
+                               f"{body.get('type')}: {body.get('message')}")
+
+    async def supervise(self) -> None:
+        """Every 50 ms: timeouts, hung or slow-starting workers, scale up and down."""
+        srv, cfg = self.server, self.server.config
+        while True:
+            await asyncio.sleep(0.05)
+            now = time.monotonic()
+            srv.expire(now)
+            for w in list(self.all.values()):
+                if w.state == "ready" and now - w.last_seen > cfg.heartbeat_timeout:
+                    self.kill(w, f"no heartbeat for {cfg.heartbeat_timeout}s")
+                elif w.state == "starting" and now - w.started > cfg.start_timeout:
+                    self.kill(w, f"not ready after {cfg.start_timeout}s")
+            ready = [w for w in self.all.values() if w.state == "ready"]
+            idle = [w for w in ready if not w.jobs and now - w.idle_since > cfg.idle_s]
+            if idle and not srv.queue and len(ready) > cfg.workers:
+                w = idle[0]
+                w.state = "retiring"
+                srv.to_worker(w, "stop", {})
+            self.ensure()
+
+    async def stop_all(self, timeout: float = 5.0) -> None:
+        """Tell every worker to stop; kill those still running after ``timeout``."""
+        for w in list(self.all.values()):
+            was, w.state = w.state, "retiring"
+            told = was != "starting" and self.server.to_worker(w, "stop", {})
+            if not told and w.handle is not None:
+                w.handle.terminate()
+        if self._tasks:
+            _, pending = await asyncio.wait(set(self._tasks), timeout=timeout)
+            for w in list(self.all.values()):
+                if w.handle is not None:
+                    w.handle.kill()
+            if pending:
+                await asyncio.wait(pending, timeout=2.0)
+        with contextlib.suppress(Exception):
+            await self.pool.close()
