@@ -1,0 +1,13 @@
+"""Interception proxy: token-exact capture of every agent turn into the session's trace.
+
+Harnesses talk OpenAI chat completions, OpenAI Responses or Anthropic Messages to the proxy
+with a per-rollout secret; the proxy calls one OpenAI-compatible upstream asking for token
+ids and logprobs, relays the answer (streamed as it arrives), and commits each turn into
+the session's :class:`~tracewire.trace.Trace` as described in docs/CONTRACTS.md.
+"""
+
+from ._config import ProxyConfig, RequestHook, ResponseHook
+from ._server import Proxy
+from ._session import Session, SessionRegistry
+
+__all__ = ["Proxy", "ProxyConfig", "RequestHook", "ResponseHook", "Session", "SessionRegistry"]

@@ -1,0 +1,43 @@
+"""``tracewire proxy``: run the interception proxy standalone."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+
+from ._config import ProxyConfig
+from ._server import Proxy
+
+__all__ = ["HELP", "configure", "run"]
+
+HELP = "Run the interception proxy in front of an OpenAI-compatible upstream."
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    """Add the proxy's options."""
+    parser.add_argument("--upstream", required=True, help="upstream base URL, e.g. http://h:8000/v1")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--max-body-mb", type=float, default=64.0)
+    parser.add_argument("--upstream-timeout", type=float, default=600.0)
+    parser.add_argument("--no-token-fields", action="store_true",
+                        help="do not ask the upstream for token ids (hosted APIs)")
+
+
+async def _serve(args: argparse.Namespace) -> None:
+    cfg = ProxyConfig(max_body_bytes=int(args.max_body_mb * 1024 * 1024),
+                      upstream_timeout=args.upstream_timeout)
+    if args.no_token_fields:
+        cfg.token_fields = {}
+    async with Proxy(args.upstream, host=args.host, port=args.port, config=cfg) as proxy:
+        print(proxy.url, flush=True)
+        await asyncio.Event().wait()
+
+
+def run(args: argparse.Namespace) -> int:
+    """Serve until interrupted; prints the proxy's URL first."""
+    try:
+        asyncio.run(_serve(args))
+    except KeyboardInterrupt:
+        pass
+    return 0

@@ -1,0 +1,313 @@
+"""Incremental matching of request messages against a trace's message graph, and commits.
+
+Each node carries a digest of its message's canonical form (``Node.digest``); a dict maps
+``(parent, digest) -> child`` so a request's messages are matched in O(messages). Harnesses
+resend the whole history every turn, so a second dict maps ``(parent, hash of the raw JSON
+bytes of a message) -> child``: messages seen before are matched by hashing their bytes (C
+speed) without decoding them; only new messages are decoded and canonically digested.
+Per-node path bookkeeping (token count, contiguous span) makes the "does the prompt extend
+the matched path" check a single array comparison instead of a walk to the root.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import orjson
+from numpy.typing import NDArray
+
+from ..trace import Call, Message, ToolCall, Trace
+
+__all__ = ["Choice", "NewMessage", "Outcome", "Prepared", "TurnGraph", "canonical_digest",
+           "chat_message", "raw_hash"]
+
+
+def raw_hash(raw: bytes) -> bytes:
+    """Hash of a message's raw JSON bytes (the fast-path key)."""
+    return hashlib.blake2b(raw, digest_size=16).digest()
+
+
+def _canon_content(content: Any) -> Any:
+    if content is None:
+        return ""
+    if isinstance(content, list) and all(
+        isinstance(p, dict) and p.get("type") in ("text", "input_text", "output_text")
+        for p in content
+    ):
+        # Text-only part lists render like the joined string in chat templates.
+        return "".join(str(p.get("text", "")) for p in content)
+    return content
+
+
+def _canon_args(arguments: str) -> str:
+    # Dialect translation re-serializes tool arguments (Anthropic sends them back as an
+    # object); compare them as JSON values, not as text.
+    try:
+        return orjson.dumps(orjson.loads(arguments), option=orjson.OPT_SORT_KEYS).decode()
+    except orjson.JSONDecodeError:
+        return arguments
+
+
+def canonical_digest(msg: Message) -> str:
+    """Digest of what makes two messages the same turn for the model (reasoning excluded:
+    harnesses often drop it when resending history)."""
+    tcs = [(t.id, t.name, _canon_args(t.arguments)) for t in msg.tool_calls or ()]
+    canon = (msg.role, _canon_content(msg.content), tcs, msg.tool_call_id or "", msg.name or "")
+    data = orjson.dumps(canon, option=orjson.OPT_SORT_KEYS)
+    return hashlib.blake2b(data, digest_size=16).hexdigest()
+
+
+def chat_message(d: Any) -> Message:
+    """A :class:`Message` from an OpenAI chat message dict (``ValueError`` if malformed)."""
+    if not isinstance(d, dict) or not isinstance(d.get("role"), str):
+        raise ValueError("each message must be an object with a string 'role'")
+    content = d.get("content")
+    if content is not None and not isinstance(content, str | list):
+        raise ValueError("message content must be a string, a list of parts, or null")
+    tool_calls = None
+    raw_tcs = d.get("tool_calls")
+    if raw_tcs:
+        if not isinstance(raw_tcs, list):
+            raise ValueError("tool_calls must be a list")
+        tool_calls = []
+        for tc in raw_tcs:
+            fn = tc.get("function") if isinstance(tc, dict) else None
+            if not isinstance(fn, dict):
+                raise ValueError("each tool call needs a 'function' object")
+            args = fn.get("arguments", "")
+            tool_calls.append(
+                ToolCall(
+                    id=str(tc.get("id") or ""),
+                    name=str(fn.get("name") or ""),
+                    arguments=args if isinstance(args, str) else orjson.dumps(args).decode(),
+                    type=str(tc.get("type") or "function"),
+                )
+            )
+    reasoning = d.get("reasoning_content", d.get("reasoning"))
+    return Message(
+        role=d["role"],
+        content=content,
+        tool_calls=tool_calls,
+        tool_call_id=d.get("tool_call_id"),
+        name=d.get("name"),
+        reasoning=reasoning if isinstance(reasoning, str) else None,
+    )
+
+
+@dataclass(slots=True)
+class NewMessage:
+    """A request message not found in the graph yet."""
+
+    message: Message
+    digest: str
+    raw: bytes | None  # raw-bytes hash for the fast path, when the dialect has one
+
+
+@dataclass(slots=True)
+class Prepared:
+    """Result of matching a request: the matched parent and the messages to append."""
+
+    parent: int | None
+    new: list[NewMessage]
+    hashes: list[bytes] = field(default_factory=list)  # raw hashes of every message
+
+
+@dataclass(slots=True)
+class Choice:
+    """One completion as accumulated from the upstream (streamed or not)."""
+
+    index: int = 0
+    content: str | None = None
+    reasoning: str | None = None
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    finish_reason: str | None = None
+    token_ids: list[int] | None = None
+    logprobs: list[float] | None = None
+
+    def message(self) -> Message:
+        """The assistant message this completion is."""
+        return Message(
+            role="assistant",
+            content=self.content,
+            tool_calls=list(self.tool_calls) or None,
+            reasoning=self.reasoning,
+        )
+
+
+@dataclass(slots=True)
+class Outcome:
+    """What the upstream answered: model, prompt ids (if any), choices, usage."""
+
+    model: str = ""
+    prompt_ids: NDArray[np.int32] | None = None
+    choices: list[Choice] = field(default_factory=list)
+    usage: dict[str, int] = field(default_factory=dict)
+
+
+class TurnGraph:
+    """Matching index over one trace's message graph; the proxy's only writer of it."""
+
+    __slots__ = ("_children", "_fast", "_plen", "_pok", "_pspan", "trace")
+
+    def __init__(self, trace: Trace) -> None:
+        self.trace = trace
+        self._children: dict[tuple[int | None, str], int] = {}
+        self._fast: dict[tuple[int | None, bytes], int] = {}
+        self._plen: list[int] = []
+        self._pok: list[bool] = []
+        self._pspan: list[tuple[int, int]] = []  # contiguous path span, (-1, -1) if none
+        for i, node in enumerate(trace.nodes):
+            digest = node.digest or canonical_digest(node.message)
+            self._children[(node.parent, digest)] = i
+            self._index(i)
+
+    def _index(self, i: int) -> None:
+        node = self.trace.nodes[i]
+        p = node.parent
+        n = node.end - node.start
+        if p is None:
+            plen, ok, span = n, node.has_tokens, (node.start, node.end)
+        else:
+            plen, ok, span = self._plen[p] + n, self._pok[p] and node.has_tokens, self._pspan[p]
+            if n:
+                if self._plen[p] == 0:
+                    span = (node.start, node.end)
+                elif span[0] >= 0 and span[1] == node.start:
+                    span = (span[0], node.end)
+                else:
+                    span = (-1, -1)
+        self._plen.append(plen)
+        self._pok.append(ok)
+        self._pspan.append(span)
+
+    # -- matching ------------------------------------------------------------------------
+    def match_fast(self, hashes: list[bytes]) -> tuple[int | None, int]:
+        """Follow raw-hash aliases from the root; returns (parent, messages matched)."""
+        parent: int | None = None
+        fast = self._fast
+        k = 0
+        for h in hashes:
+            child = fast.get((parent, h))
+            if child is None:
+                break
+            parent = child
+            k += 1
+        return parent, k
+
+    def match_rest(
+        self, parent: int | None, rest: list[NewMessage]
+    ) -> tuple[int | None, list[NewMessage]]:
+        """Continue matching decoded messages by canonical digest; returns the new tail."""
+        children = self._children
+        for j, nm in enumerate(rest):
+            child = children.get((parent, nm.digest))
+            if child is None:
+                return parent, rest[j:]
+            if nm.raw is not None:
+                self._fast[(parent, nm.raw)] = child
+            parent = child
+        return parent, []
+
+    def path_ids(self, node: int | None) -> tuple[int, bool, NDArray[np.int32] | None]:
+        """(token count, all nodes have tokens, ids) of the path ending at ``node``."""
+        if node is None:
+            return 0, True, np.empty(0, dtype=np.int32)
+        plen, ok = self._plen[node], self._pok[node]
+        if not ok:
+            return plen, False, None
+        s, e = self._pspan[node]
+        if plen == 0:
+            return 0, True, np.empty(0, dtype=np.int32)
+        if s >= 0:
+            return plen, True, self.trace.tokens.ids[s:e]
+        return plen, True, self.trace.branch(node).ids
+
+    def _add(
+        self, nm: NewMessage, parent: int | None, *, sampled: bool = False,
+        ids: Any = None, logprobs: Any = None, has_tokens: bool = True,
+    ) -> int:
+        i = self.trace.add_node(
+            nm.message, parent=parent, sampled=sampled, ids=ids, logprobs=logprobs,
+            has_tokens=has_tokens, digest=nm.digest,
+        )
+        self._children[(parent, nm.digest)] = i
+        if nm.raw is not None:
+            self._fast[(parent, nm.raw)] = i
+        self._index(i)
+        return i
+
+    # -- commit --------------------------------------------------------------------------
+    def commit(
+        self, prep: Prepared, out: Outcome, call: Call,
+        all_messages: Callable[[], list[NewMessage]],
+    ) -> list[int]:
+        """Append a turn's new prompt nodes, one completion node per choice, and one Call
+        per choice; returns the completion node indices. Runs without awaiting, so a turn
+        is committed whole or not at all."""
+        parent, new = self.match_rest(prep.parent, prep.new)
+        prompt = out.prompt_ids
+        trace = self.trace
+        if prompt is None:
+            for nm in new:
+                parent = self._add(nm, parent, has_tokens=False)
+        else:
+            plen, ok, pids = self.path_ids(parent)
+            extends = (
+                ok and pids is not None and prompt.shape[0] >= plen
+                and (bool(new) or prompt.shape[0] == plen)
+                and np.array_equal(prompt[:plen], pids)
+            )
+            if extends:
+                for j, nm in enumerate(new):
+                    last = j == len(new) - 1
+                    parent = self._add(
+                        nm, parent, ids=prompt[plen:] if last else prompt[:0]
+                    )
+            else:
+                trace.info["token_mismatches"] = int(trace.info.get("token_mismatches", 0)) + 1
+                parent = None
+                every = all_messages()
+                for j, nm in enumerate(every):
+                    last = j == len(every) - 1
+                    parent = self._add(nm, parent, ids=prompt if last else prompt[:0])
+        nodes: list[int] = []
+        for ch in out.choices:
+            msg = ch.message()
+            nm = NewMessage(msg, canonical_digest(msg), None)
+            ids = ch.token_ids
+            lps = ch.logprobs if ch.logprobs is not None and ids is not None and len(
+                ch.logprobs) == len(ids) else None
+            node = self._add(
+                nm, parent, sampled=True, ids=ids, logprobs=lps, has_tokens=ids is not None
+            )
+            nodes.append(node)
+            c = Call(
+                model=out.model or call.model, endpoint=call.endpoint, sampling=call.sampling,
+                finish_reason=ch.finish_reason, usage=dict(out.usage), span=call.span,
+                node=node, prompt_node=parent, hooks=list(call.hooks),
+            )
+            trace.add_call(c)
+        trace.pending = []
+        trace.notify()
+        return nodes
+
+    def fail(self, call: Call, error: str) -> None:
+        """Record a failed call (no node) and an error; nothing else is appended."""
+        self.trace.add_call(
+            Call(model=call.model, endpoint=call.endpoint, sampling=call.sampling,
+                 span=call.span, error=error, hooks=list(call.hooks), finish_reason="error")
+        )
+        self.trace.add_error("proxy", error, phase="agent")
+        self.trace.pending = []
+        self.trace.notify()
+
+
+def now_span_end(call: Call) -> None:
+    """Close a call's span at the current time."""
+    if call.span is not None:
+        call.span.end = time.time()

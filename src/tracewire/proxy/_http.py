@@ -1,0 +1,61 @@
+"""Dialect-correct HTTP errors and SSE framing for the proxy's answers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+__all__ = ["BadRequest", "error_response", "sse", "sse_error"]
+
+_ANTHROPIC_TYPES = {
+    400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
+    404: "not_found_error", 405: "invalid_request_error", 413: "request_too_large",
+    415: "invalid_request_error", 429: "rate_limit_error",
+}
+_OPENAI_TYPES = {
+    400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error",
+    405: "invalid_request_error", 413: "invalid_request_error", 415: "invalid_request_error",
+    429: "rate_limit_error",
+}
+
+
+class BadRequest(Exception):
+    """Raised inside handlers for a 4xx answer in the request's dialect."""
+
+    def __init__(self, status: int, message: str, code: str | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.code = code
+
+
+def error_body(dialect: str, status: int, message: str, code: str | None = None) -> dict[str, Any]:
+    """The error object a client of ``dialect`` ("openai"/"anthropic") expects."""
+    if dialect == "anthropic":
+        return {"type": "error",
+                "error": {"type": _ANTHROPIC_TYPES.get(status, "api_error"), "message": message}}
+    return {"error": {"message": message, "type": _OPENAI_TYPES.get(status, "api_error"),
+                      "param": None, "code": code}}
+
+
+def error_response(dialect: str, status: int, message: str, code: str | None = None
+                   ) -> web.Response:
+    """A JSON error response in the dialect's shape."""
+    body = orjson.dumps(error_body(dialect, status, message, code))
+    return web.Response(status=status, body=body, content_type="application/json")
+
+
+def sse(data: Any, event: str | None = None) -> bytes:
+    """One SSE event (``data`` is JSON-encoded unless already bytes)."""
+    payload = data if isinstance(data, bytes) else orjson.dumps(data)
+    head = b"event: " + event.encode() + b"\n" if event else b""
+    return head + b"data: " + payload + b"\n\n"
+
+
+def sse_error(dialect: str, message: str) -> bytes:
+    """An in-stream error event in the dialect's form."""
+    if dialect == "anthropic":
+        return sse(error_body("anthropic", 502, message), "error")
+    return sse(error_body("openai", 502, message))

@@ -1,0 +1,174 @@
+"""Reading token ids, logprobs and messages out of upstream chat-completion replies.
+
+Understands vLLM (``prompt_token_ids``, ``choices[i].token_ids``, ``logprobs.content``,
+``token_id:N`` tokens) and SGLang (``choices[i].meta_info.output_token_logprobs`` =
+``[[logprob, token_id, text?], ...]``, prompt ids as ``input_ids``), streamed or not.
+Never invents ids: a reply without them leaves them None.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import orjson
+
+from ..trace import ToolCall
+from ._graph import Choice, Outcome
+
+__all__ = ["StreamAccumulator", "outcome_of", "strip_added"]
+
+
+def _prompt_ids(d: dict[str, Any]) -> Any:
+    ids = d.get("prompt_token_ids")
+    if ids is None:
+        ids = d.get("input_ids")
+    if ids is None:
+        for ch in d.get("choices") or ():
+            meta = ch.get("meta_info") if isinstance(ch, dict) else None
+            if isinstance(meta, dict) and meta.get("input_ids") is not None:
+                return meta["input_ids"]
+    return ids
+
+
+def _as_ids(ids: Any) -> np.ndarray[Any, np.dtype[np.int32]] | None:
+    if not isinstance(ids, list) or (ids and isinstance(ids[0], list)):
+        return None
+    return np.array(ids, dtype=np.int32)
+
+
+def _from_logprobs(ch: dict[str, Any]) -> tuple[list[int] | None, list[float] | None]:
+    """(ids, logprobs) a choice's logprob fields give, when they give them."""
+    lp = ch.get("logprobs")
+    ids: list[int] | None = None
+    lps: list[float] | None = None
+    if isinstance(lp, dict) and isinstance(lp.get("content"), list):
+        content = lp["content"]
+        lps = [float(e.get("logprob", float("nan"))) for e in content]
+        toks = [e.get("token") for e in content]
+        if toks and all(isinstance(t, str) and t.startswith("token_id:") for t in toks):
+            ids = [int(t[9:]) for t in toks]
+    meta = ch.get("meta_info")
+    if isinstance(meta, dict) and isinstance(meta.get("output_token_logprobs"), list):
+        out = meta["output_token_logprobs"]
+        ids = [int(e[1]) for e in out]
+        lps = [float("nan") if e[0] is None else float(e[0]) for e in out]
+    return ids, lps
+
+
+def _tool_calls(raw: Any) -> list[ToolCall]:
+    out = []
+    for tc in raw or ():
+        fn = tc.get("function") or {}
+        out.append(ToolCall(id=str(tc.get("id") or ""), name=str(fn.get("name") or ""),
+                            arguments=str(fn.get("arguments") or ""),
+                            type=str(tc.get("type") or "function")))
+    return out
+
+
+def outcome_of(d: dict[str, Any]) -> Outcome:
+    """The :class:`Outcome` of a non-streamed chat completion."""
+    out = Outcome(model=str(d.get("model") or ""), prompt_ids=_as_ids(_prompt_ids(d)))
+    for i, ch in enumerate(d.get("choices") or ()):
+        msg = ch.get("message") or {}
+        ids, lps = _from_logprobs(ch)
+        if isinstance(ch.get("token_ids"), list):
+            ids = [int(t) for t in ch["token_ids"]]
+        reasoning = msg.get("reasoning_content", msg.get("reasoning"))
+        out.choices.append(Choice(
+            index=int(ch.get("index", i)), content=msg.get("content"),
+            reasoning=reasoning if isinstance(reasoning, str) else None,
+            tool_calls=_tool_calls(msg.get("tool_calls")),
+            finish_reason=ch.get("finish_reason"), token_ids=ids, logprobs=lps,
+        ))
+    usage = d.get("usage")
+    if isinstance(usage, dict):
+        out.usage = {k: int(v) for k, v in usage.items() if isinstance(v, int)}
+    return out
+
+
+def strip_added(d: dict[str, Any], *, ids: bool, logprobs: bool) -> None:
+    """Null the token fields the proxy asked for but the harness did not (in place), the
+    way the upstream reports them when not asked."""
+    if ids:
+        for k in ("prompt_token_ids", "input_ids"):
+            if k in d:
+                d[k] = None
+    for ch in d.get("choices") or ():
+        if not isinstance(ch, dict):
+            continue
+        if ids and "token_ids" in ch:
+            ch["token_ids"] = None
+        if logprobs and "logprobs" in ch:
+            ch["logprobs"] = None
+
+
+class StreamAccumulator:
+    """Builds the :class:`Outcome` of a streamed chat completion chunk by chunk."""
+
+    def __init__(self) -> None:
+        self.out = Outcome()
+        self._choices: dict[int, Choice] = {}
+        self._tcs: dict[int, dict[int, dict[str, str]]] = {}
+        self._prompt: list[int] | None = None
+
+    def add(self, chunk: dict[str, Any]) -> None:
+        """Fold one parsed chunk in."""
+        if chunk.get("model") and not self.out.model:
+            self.out.model = str(chunk["model"])
+        p = _prompt_ids(chunk)
+        if isinstance(p, list) and self._prompt is None:
+            self._prompt = p
+        usage = chunk.get("usage")
+        if isinstance(usage, dict):
+            self.out.usage = {k: int(v) for k, v in usage.items() if isinstance(v, int)}
+        for ch in chunk.get("choices") or ():
+            idx = int(ch.get("index", 0))
+            c = self._choices.get(idx)
+            if c is None:
+                c = self._choices[idx] = Choice(index=idx)
+            delta = ch.get("delta") or {}
+            if isinstance(delta.get("content"), str):
+                c.content = (c.content or "") + delta["content"]
+            r = delta.get("reasoning_content", delta.get("reasoning"))
+            if isinstance(r, str):
+                c.reasoning = (c.reasoning or "") + r
+            for tc in delta.get("tool_calls") or ():
+                slot = self._tcs.setdefault(idx, {}).setdefault(
+                    int(tc.get("index", 0)), {"id": "", "name": "", "arguments": ""})
+                if tc.get("id"):
+                    slot["id"] = str(tc["id"])
+                fn = tc.get("function") or {}
+                if fn.get("name"):
+                    slot["name"] += str(fn["name"])
+                if fn.get("arguments"):
+                    slot["arguments"] += str(fn["arguments"])
+            ids, lps = _from_logprobs(ch)
+            if isinstance(ch.get("token_ids"), list):
+                ids = [int(t) for t in ch["token_ids"]]
+            if ids is not None:
+                if c.token_ids is None:
+                    c.token_ids = []
+                c.token_ids.extend(ids)
+            if lps is not None:
+                if c.logprobs is None:
+                    c.logprobs = []
+                c.logprobs.extend(lps)
+            if ch.get("finish_reason"):
+                c.finish_reason = ch["finish_reason"]
+
+    def finish(self) -> Outcome:
+        """The accumulated outcome."""
+        for idx, slots in self._tcs.items():
+            self._choices[idx].tool_calls = [
+                ToolCall(id=s["id"], name=s["name"], arguments=s["arguments"])
+                for _, s in sorted(slots.items())
+            ]
+        self.out.choices = [self._choices[i] for i in sorted(self._choices)]
+        self.out.prompt_ids = _as_ids(self._prompt)
+        return self.out
+
+
+def loads(data: bytes) -> Any:
+    """Parse JSON (``ValueError`` when malformed)."""
+    return orjson.loads(data)
