@@ -85,8 +85,18 @@ class SampleBuilder:
         """Catch up with the trace and follow its commits from now on."""
         self.update()
         if self._unwatch is None:
-            self._unwatch = self.trace.watch(lambda _t: self.update())
+            self._unwatch = self.trace.watch(self._on_commit)
         return self
+
+    def _on_commit(self, _trace: Trace) -> None:
+        # Runs on the event loop: never wait for a collect holding the lock in a thread;
+        # the bookkeeping is counter-based, so whoever takes the lock next catches up.
+        if self._lock.acquire(blocking=False):
+            try:
+                self._add_nodes()
+                self._add_calls()
+            finally:
+                self._lock.release()
 
     def close(self) -> None:
         """Stop following the trace."""
@@ -173,9 +183,18 @@ class SampleBuilder:
         self._ncalls = len(calls)
 
     # -- summary -------------------------------------------------------------------------
+    def candidates(self) -> list[int]:
+        """Leaves whose branch holds at least one model turn, in creation order."""
+        with self._lock:
+            self._add_nodes()
+            self._add_calls()
+            return [leaf for leaf in self._leaves if self._last_turn[leaf] != -1]
+
     def summary(self) -> dict[str, Any]:
         """Counts for a session summary: turns, failed calls, tokens, nodes, branches."""
         with self._lock:
+            self._add_nodes()
+            self._add_calls()
             branches = sum(1 for leaf in self._leaves if self._last_turn[leaf] != -1)
             return {
                 "turns": len(self._turns),
@@ -202,10 +221,8 @@ class SampleBuilder:
         """Samples of the kept leaves (see :func:`assemble`)."""
         if max_seq_len is not None and max_seq_len < 1:
             raise ValueError("max_seq_len must be a positive integer or None")
-        self.update()
         trace = self.trace
-        with self._lock:
-            candidates = [leaf for leaf in self._leaves if self._last_turn[leaf] != -1]
+        candidates = self.candidates()
         common: dict[str, Any] = {
             "trace_id": trace.id,
             "group_id": group_id,
@@ -228,12 +245,12 @@ class SampleBuilder:
             try:
                 picked = list(picker(trace, list(candidates)))
             except Exception as exc:
-                raise HookError(f"picker {_hook_name(picker)} raised {exc!r}") from exc
+                raise HookError(f"hook picker {_hook_name(picker)} raised {exc!r}") from exc
             allowed = set(candidates)
             bad = [x for x in picked if x not in allowed]
             if bad:
                 raise HookError(
-                    f"picker {_hook_name(picker)} returned {bad[:5]}, not among leaves "
+                    f"hook picker {_hook_name(picker)} returned {bad[:5]}, not among leaves "
                     f"{candidates[:20]}"
                 )
             kept = sorted(set(picked))
@@ -280,9 +297,11 @@ class SampleBuilder:
                 result = postprocess(trace, out)
                 checked = list(result)
             except Exception as exc:
-                raise HookError(f"postprocess {_hook_name(postprocess)} raised {exc!r}") from exc
+                raise HookError(
+                    f"hook postprocess {_hook_name(postprocess)} raised {exc!r}"
+                ) from exc
             if not all(isinstance(s, Sample) for s in checked):
-                raise HookError(f"postprocess {_hook_name(postprocess)} returned non-Samples")
+                raise HookError(f"hook postprocess {_hook_name(postprocess)} returned non-Samples")
             if not checked:
                 return [Sample.empty("none_picked", metadata=meta({"turns": 0}), **common)]
             out = checked

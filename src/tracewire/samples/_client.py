@@ -1,0 +1,319 @@
+"""Trainer-side client of the session API: create, collect (decoded samples), delete.
+
+Every request has a finite timeout. :meth:`SessionClient.collect` retries a lost collect
+(collect is idempotent on the server), then always attempts ``DELETE`` and never lets a
+failed delete hide the collect result.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from typing import Any, Literal, overload
+
+import aiohttp
+import orjson
+
+from .._errors import HookError, LimitError, ProxyError, SampleError, SessionError
+from ._codec import decode_samples
+from ._sample import Sample
+
+__all__ = ["SessionClient", "SessionInfo", "SyncSessionClient", "to_torch"]
+
+log = logging.getLogger("tracewire.samples")
+
+Tensors = Literal["numpy", "torch"]
+
+
+@dataclass(frozen=True, slots=True)
+class SessionInfo:
+    """What ``POST /sessions`` answers: the id, where the harness points its SDK, the key."""
+
+    session_id: str
+    base_url: str
+    api_key: str
+    anthropic_base_url: str = ""
+    group_id: str | None = None
+    group_index: int = 0
+    ttl: float | None = None
+
+
+def to_torch(samples: list[Sample]) -> list[dict[str, Any]]:
+    """Samples as dicts of torch tensors (``tokens``, ``loss_mask``, ``logprobs``) plus the
+    scalar fields; needs torch installed."""
+    try:
+        import torch
+    except ImportError as exc:
+        raise ImportError("tensors='torch' needs torch installed") from exc
+    out: list[dict[str, Any]] = []
+    for s in samples:
+        # Decoded arrays are read-only views of the payload; torch wants writable memory.
+        d: dict[str, Any] = {
+            "tokens": torch.from_numpy(s.tokens.copy()),
+            "loss_mask": torch.from_numpy(s.loss_mask.copy()),
+            "logprobs": None if s.logprobs is None else torch.from_numpy(s.logprobs.copy()),
+        }
+        for name in (
+            "status",
+            "prompt_len",
+            "leaf",
+            "trace_id",
+            "group_id",
+            "group_index",
+            "finish_reason",
+            "metadata",
+            "spans",
+            "empty_reason",
+        ):
+            d[name] = getattr(s, name)
+        d["response_len"] = s.response_len
+        out.append(d)
+    return out
+
+
+def _raise_for(status: int, body: bytes) -> None:
+    try:
+        msg = str(orjson.loads(body).get("error", ""))
+    except (orjson.JSONDecodeError, AttributeError):
+        msg = body[:200].decode("utf-8", "replace")
+    msg = msg or f"HTTP {status}"
+    if status == 404:
+        raise SessionError(msg)
+    if status == 422:
+        raise (HookError if msg.startswith("hook ") else SampleError)(msg)
+    if status in (413, 429):
+        raise LimitError(msg)
+    raise ProxyError(f"session API answered {status}: {msg}")
+
+
+class SessionClient:
+    """Async client of a proxy's session API (``base`` is the proxy URL, e.g.
+    ``http://127.0.0.1:8000``)."""
+
+    def __init__(self, base: str, *, timeout: float = 120.0, retries: int = 2) -> None:
+        if not timeout or timeout <= 0:
+            raise ValueError("timeout must be a positive number of seconds")
+        self.base = base.rstrip("/")
+        self.timeout = timeout
+        self.retries = retries
+        self._http: aiohttp.ClientSession | None = None
+
+    async def __aenter__(self) -> SessionClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        """Close the HTTP connection pool."""
+        if self._http is not None:
+            await self._http.close()
+            self._http = None
+
+    def _client(self) -> aiohttp.ClientSession:
+        if self._http is None or self._http.closed:
+            self._http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self.timeout))
+        return self._http
+
+    async def _request(self, method: str, path: str, body: Any = None) -> tuple[int, bytes]:
+        data = None if body is None else orjson.dumps(body)
+        headers = {"Content-Type": "application/json"} if data is not None else None
+        try:
+            async with self._client().request(
+                method, self.base + path, data=data, headers=headers
+            ) as r:
+                return r.status, await r.read()
+        except TimeoutError as exc:
+            raise ProxyError(f"{method} {path} timed out after {self.timeout} s") from exc
+        except aiohttp.ClientError as exc:
+            raise ProxyError(f"{method} {path} failed: {exc}") from exc
+
+    async def create(
+        self,
+        *,
+        metadata: dict[str, Any] | None = None,
+        ttl: float | None = None,
+        group_id: str | None = None,
+        group_index: int = 0,
+        max_turns: int | None = None,
+        max_tokens: int | None = None,
+    ) -> SessionInfo:
+        """Create a session; point the harness's SDK at ``base_url`` with ``api_key``."""
+        body: dict[str, Any] = {"metadata": metadata or {}, "group_index": group_index}
+        for k, v in (
+            ("ttl", ttl),
+            ("group_id", group_id),
+            ("max_turns", max_turns),
+            ("max_tokens", max_tokens),
+        ):
+            if v is not None:
+                body[k] = v
+        status, data = await self._request("POST", "/sessions", body)
+        if status >= 300:
+            _raise_for(status, data)
+        d = orjson.loads(data)
+        return SessionInfo(
+            session_id=d["session_id"],
+            base_url=d["base_url"],
+            api_key=d["api_key"],
+            anthropic_base_url=d.get("anthropic_base_url", ""),
+            group_id=d.get("group_id"),
+            group_index=int(d.get("group_index") or 0),
+            ttl=d.get("ttl"),
+        )
+
+    async def get(self, session_id: str) -> dict[str, Any]:
+        """The session's summary (turns, tokens, branches, status, ...)."""
+        status, data = await self._request("GET", f"/sessions/{session_id}")
+        if status >= 300:
+            _raise_for(status, data)
+        out: dict[str, Any] = orjson.loads(data)
+        return out
+
+    async def payload(
+        self,
+        session_id: str,
+        *,
+        max_seq_len: int | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> bytes:
+        """The raw safetensors payload, retrying a lost connection (collect is idempotent)."""
+        body = {"max_seq_len": max_seq_len, "metadata": metadata or {}}
+        for attempt in range(self.retries + 1):
+            try:
+                status, data = await self._request("POST", f"/sessions/{session_id}/samples", body)
+            except ProxyError:
+                if attempt == self.retries:
+                    raise
+                await asyncio.sleep(0.2 * 2**attempt)
+                continue
+            if status >= 300:
+                _raise_for(status, data)
+            return data
+        raise AssertionError("unreachable")
+
+    @overload
+    async def samples(
+        self,
+        session_id: str,
+        *,
+        max_seq_len: int | None = ...,
+        metadata: dict[str, Any] | None = ...,
+        tensors: Literal["numpy"] = ...,
+    ) -> list[Sample]: ...
+
+    @overload
+    async def samples(
+        self,
+        session_id: str,
+        *,
+        max_seq_len: int | None = ...,
+        metadata: dict[str, Any] | None = ...,
+        tensors: Literal["torch"],
+    ) -> list[dict[str, Any]]: ...
+
+    async def samples(
+        self,
+        session_id: str,
+        *,
+        max_seq_len: int | None = None,
+        metadata: dict[str, Any] | None = None,
+        tensors: Tensors = "numpy",
+    ) -> list[Sample] | list[dict[str, Any]]:
+        """Collect and decode the session's samples (the session stays open)."""
+        data = await self.payload(session_id, max_seq_len=max_seq_len, metadata=metadata)
+        samples = await asyncio.to_thread(decode_samples, data)
+        return to_torch(samples) if tensors == "torch" else samples
+
+    async def delete(self, session_id: str) -> None:
+        """Delete the session (deleting an already deleted one is fine)."""
+        status, data = await self._request("DELETE", f"/sessions/{session_id}")
+        if status >= 300:
+            _raise_for(status, data)
+
+    @overload
+    async def collect(
+        self,
+        session_id: str,
+        *,
+        max_seq_len: int | None = ...,
+        metadata: dict[str, Any] | None = ...,
+        tensors: Literal["numpy"] = ...,
+    ) -> list[Sample]: ...
+
+    @overload
+    async def collect(
+        self,
+        session_id: str,
+        *,
+        max_seq_len: int | None = ...,
+        metadata: dict[str, Any] | None = ...,
+        tensors: Literal["torch"],
+    ) -> list[dict[str, Any]]: ...
+
+    async def collect(
+        self,
+        session_id: str,
+        *,
+        max_seq_len: int | None = None,
+        metadata: dict[str, Any] | None = None,
+        tensors: Tensors = "numpy",
+    ) -> list[Sample] | list[dict[str, Any]]:
+        """Collect the samples, then always attempt DELETE; a failing delete is logged,
+        never raised over the collect's result (or its error)."""
+        try:
+            data = await self.payload(session_id, max_seq_len=max_seq_len, metadata=metadata)
+        finally:
+            try:
+                await self.delete(session_id)
+            except Exception as exc:
+                log.warning("DELETE of session %s after collect failed: %s", session_id, exc)
+        samples = await asyncio.to_thread(decode_samples, data)
+        return to_torch(samples) if tensors == "torch" else samples
+
+
+class SyncSessionClient:
+    """Blocking wrapper of :class:`SessionClient` for synchronous trainer code (runs its
+    own event loop; do not use from inside a running loop)."""
+
+    def __init__(self, base: str, *, timeout: float = 120.0, retries: int = 2) -> None:
+        self._loop = asyncio.new_event_loop()
+        self._client = SessionClient(base, timeout=timeout, retries=retries)
+
+    def _run(self, coro: Any) -> Any:
+        return self._loop.run_until_complete(coro)
+
+    def create(self, **kwargs: Any) -> SessionInfo:
+        """See :meth:`SessionClient.create`."""
+        out: SessionInfo = self._run(self._client.create(**kwargs))
+        return out
+
+    def get(self, session_id: str) -> dict[str, Any]:
+        """See :meth:`SessionClient.get`."""
+        out: dict[str, Any] = self._run(self._client.get(session_id))
+        return out
+
+    def samples(self, session_id: str, **kwargs: Any) -> Any:
+        """See :meth:`SessionClient.samples`."""
+        return self._run(self._client.samples(session_id, **kwargs))
+
+    def collect(self, session_id: str, **kwargs: Any) -> Any:
+        """See :meth:`SessionClient.collect`."""
+        return self._run(self._client.collect(session_id, **kwargs))
+
+    def delete(self, session_id: str) -> None:
+        """See :meth:`SessionClient.delete`."""
+        self._run(self._client.delete(session_id))
+
+    def close(self) -> None:
+        """Close connections and the private loop."""
+        if not self._loop.is_closed():
+            self._run(self._client.close())
+            self._loop.close()
+
+    def __enter__(self) -> SyncSessionClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,391 @@
+"""The HTTP session API, mounted on the proxy's aiohttp app (same process, same sessions).
+
+``POST /sessions`` → ``{session_id, base_url, anthropic_base_url, api_key, ...}``;
+``GET /sessions/{id}`` → summary; ``POST /sessions/{id}/samples`` → the safetensors payload;
+``DELETE /sessions/{id}``. Errors are ``{"error": str}`` JSON: 400 malformed request, 404
+unknown session (the message says never existed / expired / deleted), 413 body or payload
+over its cap, 422 assembly or hook failure, 429 too many sessions, 500 anything else (logged;
+the server keeps serving).
+
+Collect is idempotent: the same request repeated while the trace is unchanged, or after the
+session was deleted or expired (within ``grace_s``), answers the same payload.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import orjson
+from aiohttp import web
+
+from .._errors import HookError, LimitError, SampleError, SessionError
+from ._builder import SampleBuilder
+from ._codec import encode_samples
+from ._hooks import Picker, Postprocess, default_picker, default_postprocess
+
+if TYPE_CHECKING:
+    from ..proxy import Proxy, Session
+
+__all__ = ["SessionAPI", "add_session_routes"]
+
+log = logging.getLogger("tracewire.samples")
+
+SESSION_API_KEY: web.AppKey[SessionAPI] = web.AppKey("tracewire_session_api")
+_BYTES_PER_TOKEN = 9  # int32 id + uint8 mask + float32 logprob
+_SAMPLES_KEYS = frozenset({"max_seq_len", "metadata"})
+_CREATE_KEYS = frozenset({"metadata", "ttl", "group_id", "group_index", "max_turns", "max_tokens"})
+
+
+class _HTTPFail(Exception):
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+def _error(status: int, message: str) -> web.Response:
+    return web.Response(
+        status=status, body=orjson.dumps({"error": message}), content_type="application/json"
+    )
+
+
+def _json(obj: Any, status: int = 200) -> web.Response:
+    return web.Response(status=status, body=orjson.dumps(obj), content_type="application/json")
+
+
+@dataclass(slots=True)
+class _Collected:
+    key: bytes
+    version: tuple[int, int, int]
+    payload: bytes
+    closed_at: float | None = None
+
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def _guard(fn: Handler) -> Handler:
+    async def wrapped(request: web.Request) -> web.StreamResponse:
+        try:
+            return await fn(request)
+        except _HTTPFail as e:
+            return _error(e.status, e.message)
+        except HookError as e:
+            return _error(422, str(e))
+        except LimitError as e:
+            return _error(413, str(e))
+        except SampleError as e:
+            return _error(422, str(e))
+        except Exception as e:
+            log.exception("session API %s %s failed", request.method, request.path)
+            return _error(500, f"internal error: {type(e).__name__}: {e}")
+
+    return wrapped
+
+
+def _opt_int(body: dict[str, Any], key: str, lo: int) -> int | None:
+    v = body.get(key)
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int) or v < lo:
+        raise _HTTPFail(400, f"{key!r} must be an integer >= {lo} or null, got {v!r}")
+    return v
+
+
+def _opt_dict(body: dict[str, Any], key: str) -> dict[str, Any]:
+    v = body.get(key)
+    if v is None:
+        return {}
+    if not isinstance(v, dict):
+        raise _HTTPFail(400, f"{key!r} must be a JSON object, got {type(v).__name__}")
+    return v
+
+
+class SessionAPI:
+    """State of the session API on one proxy: a :class:`SampleBuilder` per session, the
+    last collected payload per session, the hooks and the caps. Attributes may be changed
+    before or while serving."""
+
+    def __init__(
+        self,
+        proxy: Proxy,
+        *,
+        picker: Picker | None = default_picker,
+        postprocess: Postprocess | None = default_postprocess,
+        max_request_bytes: int = 1 << 20,
+        max_payload_bytes: int = 4 << 30,
+        grace_s: float = 300.0,
+        sweep_s: float = 30.0,
+    ) -> None:
+        self.proxy = proxy
+        self.picker = picker
+        self.postprocess = postprocess
+        #: Largest JSON body accepted by the session routes (metadata, options).
+        self.max_request_bytes = max_request_bytes
+        #: Largest samples payload built for one collect; bigger answers 413.
+        self.max_payload_bytes = max_payload_bytes
+        #: How long a collected payload is still served after DELETE or expiry.
+        self.grace_s = grace_s
+        self.sweep_s = sweep_s
+        self.builders: dict[str, SampleBuilder] = {}
+        self.collected: dict[str, _Collected] = {}
+        self._sweeper: asyncio.Task[None] | None = None
+
+    # -- bookkeeping -----------------------------------------------------------------------
+    def builder(self, session: Session) -> SampleBuilder:
+        """The session's builder, created (and caught up) on first use."""
+        b = self.builders.get(session.id)
+        if b is None or b.trace is not session.trace:
+            if b is not None:
+                b.close()
+            b = self.builders[session.id] = SampleBuilder(session.trace).attach()
+        return b
+
+    def sweep(self, now: float | None = None) -> None:
+        """Forget builders of sessions gone from the registry and payloads past grace."""
+        now = time.time() if now is None else now
+        registry = self.proxy.registry
+        for sid in [sid for sid in self.builders if sid not in registry]:
+            self.builders.pop(sid).close()
+        for sid, c in list(self.collected.items()):
+            if sid in registry:
+                continue
+            if c.closed_at is None:
+                c.closed_at = now
+            elif now - c.closed_at > self.grace_s:
+                del self.collected[sid]
+
+    async def _sweep_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self.sweep_s)
+            try:
+                self.sweep()
+            except Exception:
+                log.exception("session API sweep failed")
+
+    async def on_startup(self, _app: web.Application) -> None:
+        """Start the periodic sweep."""
+        self._sweeper = asyncio.create_task(self._sweep_forever())
+
+    async def on_cleanup(self, _app: web.Application) -> None:
+        """Stop the sweep and detach every builder."""
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._sweeper
+            self._sweeper = None
+        for b in self.builders.values():
+            b.close()
+        self.builders.clear()
+
+    async def _read_json(self, request: web.Request) -> dict[str, Any]:
+        cap = self.max_request_bytes
+        if request.content_length is not None and request.content_length > cap:
+            raise _HTTPFail(413, f"request body over {cap} bytes")
+        chunks: list[bytes] = []
+        size = 0
+        async for chunk in request.content.iter_chunked(1 << 16):
+            size += len(chunk)
+            if size > cap:
+                raise _HTTPFail(413, f"request body over {cap} bytes")
+            chunks.append(chunk)
+        body = b"".join(chunks)
+        if not body.strip():
+            return {}
+        try:
+            obj = orjson.loads(body)
+        except orjson.JSONDecodeError as exc:
+            raise _HTTPFail(400, f"request body is not valid JSON: {exc}") from exc
+        if not isinstance(obj, dict):
+            raise _HTTPFail(400, "request body must be a JSON object")
+        return obj
+
+    # -- routes ----------------------------------------------------------------------------
+    async def create(self, request: web.Request) -> web.StreamResponse:
+        """``POST /sessions``."""
+        body = await self._read_json(request)
+        unknown = set(body) - _CREATE_KEYS
+        if unknown:
+            raise _HTTPFail(
+                400, f"unknown fields {sorted(unknown)}; allowed {sorted(_CREATE_KEYS)}"
+            )
+        ttl = body.get("ttl")
+        if ttl is not None and (
+            isinstance(ttl, bool) or not isinstance(ttl, int | float) or not 0 < ttl < 1e9
+        ):
+            raise _HTTPFail(400, f"'ttl' must be a positive number of seconds, got {ttl!r}")
+        group_id = body.get("group_id")
+        if group_id is not None and not isinstance(group_id, str):
+            raise _HTTPFail(400, f"'group_id' must be a string or null, got {group_id!r}")
+        try:
+            session = self.proxy.create_session(
+                metadata=_opt_dict(body, "metadata"),
+                ttl=None if ttl is None else float(ttl),
+                group_id=group_id,
+                group_index=_opt_int(body, "group_index", 0) or 0,
+                max_turns=_opt_int(body, "max_turns", 1),
+                max_tokens=_opt_int(body, "max_tokens", 1),
+            )
+        except LimitError as exc:
+            raise _HTTPFail(429, str(exc)) from exc
+        self.builder(session)
+        return _json(
+            {
+                "session_id": session.id,
+                "base_url": session.base_url,
+                "anthropic_base_url": session.anthropic_base_url,
+                "api_key": session.secret,
+                "group_id": session.group_id,
+                "group_index": session.group_index,
+                "ttl": session.ttl,
+            },
+            status=201,
+        )
+
+    def _session(self, request: web.Request) -> Session:
+        sid = request.match_info["sid"]
+        try:
+            return self.proxy.registry.get(sid)
+        except SessionError as exc:
+            raise _HTTPFail(404, str(exc)) from exc
+
+    async def summary(self, request: web.Request) -> web.StreamResponse:
+        """``GET /sessions/{id}``."""
+        session = self._session(request)
+        counts = await asyncio.to_thread(self.builder(session).summary)
+        return _json(
+            {
+                "session_id": session.id,
+                "status": session.status,
+                **counts,
+                "token_mismatches": session.trace.info.get("token_mismatches", 0),
+                "created": session.created,
+                "last_used": session.last_used,
+                "ttl": session.ttl,
+                "metadata": session.metadata,
+                "group_id": session.group_id,
+                "group_index": session.group_index,
+                "collected": session.id in self.collected,
+            }
+        )
+
+    async def samples(self, request: web.Request) -> web.StreamResponse:
+        """``POST /sessions/{id}/samples``."""
+        sid = request.match_info["sid"]
+        body = await self._read_json(request)
+        unknown = set(body) - _SAMPLES_KEYS
+        if unknown:
+            raise _HTTPFail(
+                400, f"unknown fields {sorted(unknown)}; allowed {sorted(_SAMPLES_KEYS)}"
+            )
+        max_seq_len = _opt_int(body, "max_seq_len", 1)
+        overrides = _opt_dict(body, "metadata")
+        key = orjson.dumps([max_seq_len, overrides], option=orjson.OPT_SORT_KEYS)
+        cached = self.collected.get(sid)
+        try:
+            session = self.proxy.registry.get(sid)
+        except SessionError as exc:
+            if (
+                cached is not None
+                and cached.key == key
+                and (cached.closed_at is None or time.time() - cached.closed_at <= self.grace_s)
+            ):
+                return self._payload(cached.payload)
+            raise _HTTPFail(404, str(exc)) from exc
+        session.touch()
+        builder = self.builder(session)
+        trace = session.trace
+        version = (len(trace.nodes), len(trace.calls), len(trace.tokens))
+        if cached is not None and cached.key == key and cached.version == version:
+            return self._payload(cached.payload)
+        payload = await asyncio.to_thread(self._collect, session, builder, max_seq_len, overrides)
+        self.collected[sid] = _Collected(key=key, version=version, payload=payload)
+        return self._payload(payload)
+
+    def _collect(
+        self,
+        session: Session,
+        builder: SampleBuilder,
+        max_seq_len: int | None,
+        overrides: dict[str, Any],
+    ) -> bytes:
+        # Runs in a worker thread: hooks, gathering and encoding never touch the loop.
+        candidates = builder.candidates()
+        samples = builder.samples(
+            max_seq_len=max_seq_len,
+            picker=self.picker,
+            postprocess=self.postprocess,
+            metadata=session.metadata,
+            computed={"session_id": session.id},
+            overrides=overrides,
+            group_id=session.group_id,
+            group_index=session.group_index,
+        )
+        size = sum(int(s.tokens.shape[0]) for s in samples) * _BYTES_PER_TOKEN
+        if size > self.max_payload_bytes:
+            raise LimitError(
+                f"samples payload of ~{size} bytes is over max_payload_bytes="
+                f"{self.max_payload_bytes}; pass a smaller max_seq_len"
+            )
+        kept = {s.leaf for s in samples}
+        info = {
+            "session_id": session.id,
+            "group_id": session.group_id,
+            "group_index": session.group_index,
+            "trace_id": session.trace.id,
+            "turns": builder.summary()["turns"],
+            "token_mismatches": session.trace.info.get("token_mismatches", 0),
+            "max_seq_len": max_seq_len,
+            "dropped_leaves": [leaf for leaf in candidates if leaf not in kept],
+        }
+        return encode_samples(samples, info=info)
+
+    @staticmethod
+    def _payload(payload: bytes) -> web.Response:
+        return web.Response(body=payload, content_type="application/octet-stream")
+
+    async def delete(self, request: web.Request) -> web.StreamResponse:
+        """``DELETE /sessions/{id}`` (repeating it is harmless: 200 with ``already``)."""
+        sid = request.match_info["sid"]
+        registry = self.proxy.registry
+        try:
+            registry.delete(sid)
+            already = None
+        except SessionError as exc:
+            if "never existed" in str(exc):
+                raise _HTTPFail(404, str(exc)) from exc
+            already = str(exc)
+        b = self.builders.pop(sid, None)
+        if b is not None:
+            b.close()
+        c = self.collected.get(sid)
+        if c is not None and c.closed_at is None:
+            c.closed_at = time.time()
+        return _json({"session_id": sid, "status": "closed", "already": already})
+
+
+def add_session_routes(app: web.Application, proxy: Proxy, **options: Any) -> SessionAPI:
+    """Mount the session API on ``app`` (the proxy's) and return its :class:`SessionAPI`.
+
+    ``options`` go to :class:`SessionAPI` (``picker``, ``postprocess``, caps, ``grace_s``).
+    Calling it again on the same app returns the existing API unchanged, so a user can
+    mount it with custom hooks before ``Proxy.start()`` mounts the defaults.
+    """
+    if SESSION_API_KEY in app:
+        return app[SESSION_API_KEY]
+    api = SessionAPI(proxy, **options)
+    app[SESSION_API_KEY] = api
+    r = app.router
+    r.add_post("/sessions", _guard(api.create))
+    r.add_get("/sessions/{sid}", _guard(api.summary))
+    r.add_delete("/sessions/{sid}", _guard(api.delete))
+    r.add_post("/sessions/{sid}/samples", _guard(api.samples))
+    app.on_startup.append(api.on_startup)
+    app.on_cleanup.append(api.on_cleanup)
+    return api
