@@ -1,0 +1,292 @@
+"""The episode table of a run: an in-memory columnar copy of the SQLite index.
+
+The store's index has SQL indexes for lookups (id, task, env, status) but not for every
+ordering a person clicks on; ``ORDER BY reward LIMIT 50 OFFSET 50000`` over 100,000 rows
+costs SQLite a second. So the viewer keeps the few columns it sorts and filters on as numpy
+arrays (about 80 bytes a row), appends new rows by ``seq`` (the index is append-ordered),
+and answers a page with a vectorized filter, one cached ``lexsort`` per ordering, and a
+primary-key fetch of the page's 50 rows. The database is opened read-only.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from .._errors import StoreError
+from ._cache import LRU
+
+__all__ = ["NUMERIC", "ROW_COLUMNS", "SORTABLE", "TEXT", "IndexQuery", "IndexTable"]
+
+#: Numeric columns kept in memory (sortable, range-filterable).
+NUMERIC = ("reward", "turns", "n_tokens", "errors", "duration", "started", "group_index")
+#: Text columns kept in memory as category codes (sortable, equality-filterable).
+TEXT = ("env", "status", "stop", "task_key")
+#: Orderings the table accepts; ``arrival`` is the index's append order (``seq``).
+SORTABLE = ("arrival", *NUMERIC, *TEXT)
+#: Columns of a returned row (logical name -> index column).
+ROW_COLUMNS: dict[str, str] = {
+    "arrival": "seq", "id": "episode_id", "env": "env", "task_key": "task_key",
+    "group_index": "group_index", "status": "status", "ok": "ok", "stop": "stop",
+    "reward": "reward", "turns": "turns", "n_tokens": "n_tokens", "errors": "errors",
+    "duration": "duration", "started": "started",
+}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class IndexQuery:
+    """Filters, ordering and page of an index request (already validated)."""
+
+    sort: str = "arrival"
+    order: str = "asc"
+    env: str | None = None
+    status: str | None = None
+    stop: str | None = None
+    reward_min: float | None = None
+    reward_max: float | None = None
+    errors: bool | None = None
+    q: str | None = None
+    offset: int = 0
+    limit: int = 50
+
+
+class _Cats:
+    """Strings of one column as int32 codes into a growing list of distinct values."""
+
+    def __init__(self) -> None:
+        self.values: list[str | None] = []
+        self.code: dict[str | None, int] = {}
+        self._rank: NDArray[np.int64] | None = None
+
+    def encode(self, items: list[str | None]) -> NDArray[np.int32]:
+        out = np.empty(len(items), dtype=np.int32)
+        code, values = self.code, self.values
+        for i, v in enumerate(items):
+            c = code.get(v)
+            if c is None:
+                c = code[v] = len(values)
+                values.append(v)
+                self._rank = None
+            out[i] = c
+        return out
+
+    def rank(self) -> NDArray[np.int64]:
+        # Sort position of each code (None first), recomputed only when values were added.
+        if self._rank is None or len(self._rank) != len(self.values):
+            order = sorted(range(len(self.values)), key=lambda c: (self.values[c] is not None,
+                                                                   self.values[c] or ""))
+            rank = np.empty(len(order), dtype=np.int64)
+            rank[order] = np.arange(len(order))
+            self._rank = rank
+        return self._rank
+
+
+class IndexTable:
+    """Query a run's ``index.sqlite`` for the viewer; thread-safe, read-only."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._lock = threading.Lock()
+        self._local = threading.local()
+        self._reset()
+
+    def _reset(self) -> None:
+        self.version = 0
+        self._n = 0
+        self._last_seq = 0
+        self._seq: NDArray[np.int64] = np.empty(0, dtype=np.int64)
+        self._num: dict[str, NDArray[np.float64]] = {k: np.empty(0) for k in NUMERIC}
+        self._cats: dict[str, _Cats] = {k: _Cats() for k in TEXT}
+        self._codes: dict[str, NDArray[np.int32]] = {
+            k: np.empty(0, dtype=np.int32) for k in TEXT
+        }
+        self._orders: LRU[tuple[Any, ...], NDArray[np.int64]] = LRU(16)
+
+    # -- SQLite --------------------------------------------------------------------------
+    def _conn(self) -> sqlite3.Connection | None:
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is not None:
+            return conn
+        if not self.path.exists():
+            return None  # nothing indexed yet reads as an empty run
+        try:
+            conn = sqlite3.connect(f"{self.path.resolve().as_uri()}?mode=ro", uri=True,
+                                   timeout=30.0)
+            conn.execute("PRAGMA query_only = 1")
+        except sqlite3.Error as exc:
+            raise StoreError(0, f"cannot open index {self.path}: {exc}") from exc
+        self._local.conn = conn
+        return conn
+
+    def _all(self, sql: str, args: list[Any] | tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+        conn = self._conn()
+        if conn is None:
+            return []
+        try:
+            return conn.execute(sql, args).fetchall()
+        except sqlite3.OperationalError as exc:
+            if "no such table" in str(exc):
+                return []
+            raise StoreError(0, f"index query failed: {exc}") from exc
+        except sqlite3.Error as exc:
+            raise StoreError(0, f"index query failed: {exc}") from exc
+
+    # -- the in-memory copy --------------------------------------------------------------
+    def refresh(self) -> None:
+        """Catch up with rows appended since the last call (a full reload if rows vanished,
+        which only a re-appended episode id causes)."""
+        with self._lock:
+            # MAX(seq) is one B-tree probe; rows only ever arrive with a higher seq (a
+            # replaced row too), so the count is needed only when it moved.
+            head = self._all("SELECT MAX(seq) FROM episodes")
+            max_seq = int(head[0][0] or 0) if head else 0
+            if max_seq == self._last_seq:
+                return
+            count = int(self._all("SELECT COUNT(*) FROM episodes")[0][0])
+            if count < self._n or max_seq < self._last_seq:
+                self._reset()
+            cols = ", ".join(f'"{c}"' for c in ("seq", *NUMERIC, *TEXT))
+            rows = self._all(
+                f"SELECT {cols} FROM episodes WHERE seq > ? ORDER BY seq", [self._last_seq]
+            )
+            if rows:
+                self._append(rows)
+            if self._n != count:
+                # Some older row was replaced: rebuild from scratch (rare).
+                self._reset()
+                self._append(self._all(f"SELECT {cols} FROM episodes ORDER BY seq"))
+            self.version += 1
+            self._orders.clear()
+
+    def _append(self, rows: list[tuple[Any, ...]]) -> None:
+        if not rows:
+            return
+        columns = list(zip(*rows, strict=True))
+        self._seq = np.concatenate([self._seq, np.asarray(columns[0], dtype=np.int64)])
+        for i, k in enumerate(NUMERIC, start=1):
+            arr = np.array(columns[i], dtype=np.float64)  # None becomes NaN
+            self._num[k] = np.concatenate([self._num[k], arr])
+        for i, k in enumerate(TEXT, start=1 + len(NUMERIC)):
+            codes = self._cats[k].encode(list(columns[i]))
+            self._codes[k] = np.concatenate([self._codes[k], codes])
+        self._n = int(self._seq.shape[0])
+        self._last_seq = int(self._seq[-1])
+
+    def _key(self, sort: str) -> NDArray[Any]:
+        if sort == "arrival":
+            return self._seq
+        if sort in TEXT:
+            return self._cats[sort].rank()[self._codes[sort]]
+        return self._num[sort]
+
+    def _mask(self, q: IndexQuery) -> NDArray[np.bool_] | None:
+        conds: list[NDArray[np.bool_]] = []
+        for key, value in (("env", q.env), ("status", q.status), ("stop", q.stop)):
+            if value is not None:
+                code = self._cats[key].code.get(value, -1)
+                conds.append(self._codes[key] == code)
+        reward = self._num["reward"]
+        if q.reward_min is not None:
+            conds.append(reward >= q.reward_min)
+        if q.reward_max is not None:
+            conds.append(reward <= q.reward_max)
+        if q.errors is not None:
+            conds.append(self._num["errors"] > 0 if q.errors else self._num["errors"] == 0)
+        if q.q is not None:
+            needle = q.q.lower()
+            cats = self._cats["task_key"].values
+            hits = [c for c, v in enumerate(cats) if v is not None and needle in v.lower()]
+            conds.append(np.isin(self._codes["task_key"], np.asarray(hits, dtype=np.int32)))
+        if not conds:
+            return None
+        mask = conds[0]
+        for c in conds[1:]:
+            mask = mask & c
+        return mask
+
+    def _order(self, q: IndexQuery) -> NDArray[np.int64]:
+        # Row positions in display order; cached per (filters, ordering) until rows arrive.
+        key = (q.sort, q.order, q.env, q.status, q.stop, q.reward_min, q.reward_max,
+               q.errors, q.q)  # fmt: skip
+        order = self._orders.get(key)
+        if order is not None:
+            return order
+        mask = self._mask(q)
+        rows = np.arange(self._n) if mask is None else np.flatnonzero(mask)
+        if q.sort != "arrival":
+            k = self._key(q.sort)[rows]
+            # Ties keep arrival order; missing values (NaN) go last.
+            rows = rows[np.lexsort((self._seq[rows], np.isnan(k) if k.dtype.kind == "f" else
+                                    np.zeros(len(k), dtype=bool), k))]
+        if q.order == "desc":
+            rows = rows[::-1]
+        self._orders.put(key, rows)
+        return rows
+
+    # -- answers -------------------------------------------------------------------------
+    def page(self, q: IndexQuery) -> dict[str, Any]:
+        """One page of rows (all index fields the table shows) plus the filtered total."""
+        self.refresh()
+        with self._lock:
+            order = self._order(q)
+            picked = [int(s) for s in self._seq[order[q.offset : q.offset + q.limit]]]
+            total = int(order.shape[0])
+        rows: list[dict[str, Any]] = []
+        if picked:
+            names = list(ROW_COLUMNS)
+            select = ", ".join(f'"{c}"' for c in ROW_COLUMNS.values())
+            marks = ", ".join("?" for _ in picked)
+            got = self._all(f"SELECT {select} FROM episodes WHERE seq IN ({marks})", picked)
+            by_seq = {r[0]: dict(zip(names, r, strict=True)) for r in got}
+            rows = [by_seq[s] for s in picked if s in by_seq]
+        return {"rows": rows, "total": total, "offset": q.offset, "limit": q.limit,
+                "sort": q.sort, "order": q.order}  # fmt: skip
+
+    def count(self) -> int:
+        """Number of indexed episodes (a cheap query; does not load the table)."""
+        r = self._all("SELECT COUNT(*) FROM episodes")
+        return int(r[0][0]) if r else 0
+
+    def facets(self) -> dict[str, list[Any]]:
+        """Distinct values of env, status and stop (for the filter menus), at most 200 each."""
+        self.refresh()
+        with self._lock:
+            return {
+                k: sorted(v for v in self._cats[k].values if v is not None)[:200]
+                for k in ("env", "status", "stop")
+            }
+
+    def stats(self, bins: int) -> dict[str, Any]:
+        """Reward histogram (``bins`` equal-width bins) and mean reward over arrival
+        (``bins`` consecutive groups of episodes in arrival order)."""
+        self.refresh()
+        with self._lock:
+            reward = self._num["reward"]
+            seq = self._seq
+        ok = ~np.isnan(reward)
+        r = reward[ok]
+        if r.size == 0:
+            return {"n": 0, "mean": None, "hist": {"edges": [], "counts": []},
+                    "over_time": {"x": [], "mean": [], "n": []}}  # fmt: skip
+        lo, hi = float(r.min()), float(r.max())
+        if hi <= lo:
+            lo, hi = lo - 0.5, hi + 0.5
+        counts, edges = np.histogram(r, bins=bins, range=(lo, hi))
+        groups = np.array_split(np.arange(r.size), min(bins, r.size))
+        s = seq[ok]
+        return {
+            "n": int(r.size),
+            "mean": float(r.mean()),
+            "hist": {"edges": edges.tolist(), "counts": counts.tolist()},
+            "over_time": {
+                "x": [float(s[g].mean()) for g in groups],
+                "mean": [float(r[g].mean()) for g in groups],
+                "n": [int(g.size) for g in groups],
+            },
+        }

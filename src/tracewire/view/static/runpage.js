@@ -1,0 +1,157 @@
+// The run page: metadata, reward plots, episodes running now (live), and the episode table
+// (sorted, filtered and paginated by the server).
+import { api, el, fmtNum, fmtSecs, fmtTime, setStatus } from "./util.js";
+import { histogram, lineChart } from "./plots.js";
+
+const COLUMNS = [
+  ["arrival", "#", true], ["id", "episode", false], ["env", "env", true],
+  ["task_key", "task", true], ["group_index", "g", false], ["status", "status", true],
+  ["stop", "stop", true], ["reward", "reward", true], ["turns", "turns", true],
+  ["n_tokens", "tokens", true], ["errors", "errors", true], ["duration", "duration", true],
+  ["started", "started", true],
+];
+const FILTERS = ["env", "status", "stop", "reward_min", "reward_max", "errors", "q"];
+
+function cell(key, row) {
+  const v = row[key];
+  switch (key) {
+    case "id": return el("td", { title: v }, String(v).slice(0, 12));
+    case "reward": return el("td", { class: "num" }, fmtNum(v));
+    case "duration": return el("td", { class: "num" }, fmtSecs(v));
+    case "started": return el("td", {}, fmtTime(v));
+    case "arrival": case "turns": case "n_tokens": case "errors": case "group_index":
+      return el("td", { class: "num" }, fmtNum(v));
+    default: return el("td", {}, v === null || v === undefined ? "–" : String(v));
+  }
+}
+
+export async function renderRun(app, params) {
+  const state = {
+    sort: params.get("sort") || "arrival", order: params.get("order") || "asc",
+    offset: Number(params.get("offset") || 0), limit: Number(params.get("limit") || 50),
+  };
+  for (const f of FILTERS) state[f] = params.get(f) || "";
+
+  const [info, facets] = await Promise.all([api("/api/run"), api("/api/facets")]);
+  const metaBox = el("dl", { class: "kv card", "data-testid": "run-meta" },
+    el("dt", {}, "run"), el("dd", {}, info.dir),
+    el("dt", {}, "episodes"), el("dd", { "data-testid": "run-count" }, fmtNum(info.episodes)),
+    ...Object.entries(info.meta || {}).slice(0, 12).flatMap(([k, v]) => [
+      el("dt", {}, k), el("dd", {}, typeof v === "object" ? JSON.stringify(v) : String(v))]));
+  const histSvg = el("div", { "data-testid": "reward-hist" });
+  const lineSvg = el("div", { "data-testid": "reward-over-time" });
+  const liveBox = el("div", { "data-testid": "live-list" });
+  const table = el("table", { class: "grid", "data-testid": "episode-table" });
+  const pager = el("div", { class: "pager", "data-testid": "pager" });
+
+  const select = (name, values) => el("label", {}, name,
+    el("select", { name, "data-testid": "filter-" + name },
+      el("option", { value: "" }, "any"),
+      ...values.map((v) => el("option", { value: v, selected: state[name] === String(v) }, String(v)))));
+  const input = (name, label, type) => el("label", {}, label,
+    el("input", { name, type, value: state[name], step: "any", "data-testid": "filter-" + name }));
+  const form = el("form", { class: "filters", "data-testid": "filters" },
+    select("env", facets.env || []), select("status", facets.status || []),
+    select("stop", facets.stop || []),
+    input("reward_min", "reward ≥", "number"), input("reward_max", "reward ≤", "number"),
+    el("label", {}, "errors", el("select", { name: "errors", "data-testid": "filter-errors" },
+      el("option", { value: "" }, "any"),
+      el("option", { value: "true", selected: state.errors === "true" }, "with errors"),
+      el("option", { value: "false", selected: state.errors === "false" }, "without"))),
+    input("q", "task contains", "search"),
+    el("button", { type: "submit", "data-testid": "apply" }, "apply"));
+  form.addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    const fd = new FormData(form);
+    for (const f of FILTERS) state[f] = String(fd.get(f) || "");
+    state.offset = 0;
+    loadTable();
+  });
+  form.addEventListener("change", (ev) => { if (ev.target.tagName === "SELECT") form.requestSubmit(); });
+
+  app.replaceChildren(
+    el("div", { class: "row" }, metaBox,
+      el("div", { class: "card" }, el("div", { class: "muted" }, "reward histogram"), histSvg),
+      el("div", { class: "card" }, el("div", { class: "muted" }, "mean reward over arrival"), lineSvg)),
+    el("h2", {}, "Running now"), liveBox,
+    el("h2", {}, "Episodes"), form, pager, table);
+
+  function query() {
+    const p = new URLSearchParams();
+    for (const k of ["sort", "order", "offset", "limit", ...FILTERS]) if (state[k] !== "") p.set(k, state[k]);
+    return p;
+  }
+
+  let seq = 0;
+  async function loadTable() {
+    const mine = ++seq;
+    const p = query();
+    history.replaceState(null, "", "#/?" + p.toString());
+    let data;
+    try { data = await api("/api/episodes?" + p.toString()); }
+    catch (err) {
+      table.replaceChildren(el("caption", { class: "err", "data-testid": "error" }, err.message));
+      return;
+    }
+    if (mine !== seq) return;  // a newer request superseded this one
+    const head = el("tr", {}, ...COLUMNS.map(([key, label, sortable]) => {
+      const cls = state.sort === key ? "sorted-" + state.order : null;
+      return el("th", { class: cls, "data-col": key, "data-testid": "col-" + key,
+        onclick: sortable ? () => {
+          if (state.sort === key) state.order = state.order === "asc" ? "desc" : "asc";
+          else { state.sort = key; state.order = key === "reward" ? "desc" : "asc"; }
+          state.offset = 0; loadTable();
+        } : null }, label);
+    }));
+    const rows = data.rows.map((row) => el("tr", {
+      class: "clickable", "data-testid": "episode-row", "data-id": row.id,
+      onclick: () => { location.hash = "#/episodes/" + row.id; },
+    }, ...COLUMNS.map(([key]) => cell(key, row))));
+    table.replaceChildren(el("thead", {}, head), el("tbody", {}, ...rows));
+    const last = Math.min(data.offset + data.rows.length, data.total);
+    pager.replaceChildren(
+      el("button", { "data-testid": "prev", disabled: data.offset === 0,
+        onclick: () => { state.offset = Math.max(0, data.offset - state.limit); loadTable(); } }, "‹ prev"),
+      el("span", { "data-testid": "page-info" },
+        data.total ? `${data.offset + 1}–${last} of ${data.total}` : "no episodes"),
+      el("button", { "data-testid": "next", disabled: last >= data.total,
+        onclick: () => { state.offset = data.offset + state.limit; loadTable(); } }, "next ›"));
+  }
+
+  async function loadPlots() {
+    const stats = await api("/api/stats?bins=20");
+    histSvg.replaceChildren(histogram(stats.hist, 320, 140));
+    lineSvg.replaceChildren(lineChart(stats.over_time, 320, 140));
+    if (stats.mean !== null) histSvg.title = "mean reward " + fmtNum(stats.mean);
+  }
+
+  function renderLive(rows) {
+    if (!rows.length) { liveBox.replaceChildren(el("p", { class: "muted" }, "nothing in flight")); return; }
+    liveBox.replaceChildren(el("table", { class: "grid" },
+      el("thead", {}, el("tr", {}, ...["episode", "env", "task", "nodes", "tokens", "calls", "pending"]
+        .map((h) => el("th", {}, h)))),
+      el("tbody", {}, ...rows.map((r) => el("tr", {
+        class: "clickable", "data-testid": "live-row", "data-id": r.id,
+        onclick: () => { location.hash = "#/episodes/" + r.id; },
+      }, el("td", {}, el("span", { class: "live-badge" }, "live"), " ", r.id.slice(0, 12)),
+      el("td", {}, r.env), el("td", {}, r.task_key), el("td", { class: "num" }, fmtNum(r.n_nodes)),
+      el("td", { class: "num" }, fmtNum(r.n_tokens)), el("td", { class: "num" }, fmtNum(r.n_calls)),
+      el("td", { class: "num" }, fmtNum(r.pending)))))));
+  }
+
+  renderLive([]);
+  await Promise.all([loadTable(), loadPlots()]);
+  let indexRows = info.episodes;
+  const events = new EventSource("/api/events");
+  events.addEventListener("live", (ev) => {
+    const d = JSON.parse(ev.data);
+    renderLive(d.episodes);
+    setStatus(d.episodes.length ? `${d.episodes.length} running` : "");
+    if (d.index_rows !== indexRows) {
+      indexRows = d.index_rows;
+      document.querySelector("[data-testid=run-count]").textContent = fmtNum(indexRows);
+      loadTable(); loadPlots();
+    }
+  });
+  return () => { events.close(); setStatus(""); };
+}

@@ -1,0 +1,140 @@
+// Token view: a virtualized grid over a branch's tokens. Only the rows in sight exist in the
+// DOM; tokens arrive in windows of CHUNK as raw little-endian arrays (ids int32, logprobs
+// float32, mask uint8) and a bounded number of windows is kept, so a 1 M-token branch costs
+// what a screenful costs.
+import { el } from "./util.js";
+
+const CHUNK = 4096, KEEP_CHUNKS = 64, ROW_H = 18, CELL_W = 57, POS_W = 72, OVERSCAN = 6;
+const MAX_H = 8_000_000;  // stay well under the browsers' element height limits
+
+function colour(mode, mask, lp) {
+  if (mode === "mask") return mask ? "#bfe6bf" : "#eceff3";
+  if (!mask) return "#eceff3";
+  if (Number.isNaN(lp)) return "#dfe3ea";
+  const p = Math.exp(lp);
+  return `hsl(${Math.round(p * 120)}, 70%, 78%)`;
+}
+
+export class TokenView {
+  constructor(root, url, total) {
+    this.url = url; this.total = total; this.mode = "logprob";
+    this.chunks = new Map(); this.inflight = new Map();
+    this.info = el("div", { id: "token-info", "data-testid": "token-info" }, "hover a token");
+    this.spacer = el("div", { class: "spacer" });
+    this.box = el("div", { class: "tokview", "data-testid": "token-view" }, this.spacer);
+    this.jump = el("input", { type: "number", min: 0, placeholder: "go to position",
+      "data-testid": "token-jump" });
+    const modeSel = el("select", { "data-testid": "token-colour" },
+      el("option", { value: "logprob" }, "colour by logprob"), el("option", { value: "mask" }, "colour by mask"));
+    modeSel.addEventListener("change", () => { this.mode = modeSel.value; this.render(); });
+    this.jump.addEventListener("change", () => this.scrollTo(Number(this.jump.value)));
+    this.count = el("span", { "data-testid": "token-count" });
+    root.replaceChildren(
+      el("div", { class: "legend" }, this.count, modeSel, this.jump,
+        el("span", {}, el("span", { class: "swatch", style: "background:hsl(0,70%,78%)" }), " p≈0"),
+        el("span", {}, el("span", { class: "swatch", style: "background:hsl(120,70%,78%)" }), " p≈1 (trained)"),
+        el("span", {}, el("span", { class: "swatch", style: "background:#eceff3" }), " not trained")),
+      this.box, this.info);
+    this.box.addEventListener("scroll", () => this.schedule());
+    this.box.addEventListener("mouseover", (ev) => this.hover(ev.target));
+    this.resize = new ResizeObserver(() => this.layout());
+    this.resize.observe(this.box);
+    this.layout();
+  }
+
+  destroy() { this.resize.disconnect(); }
+
+  setTotal(total) {
+    if (total === this.total) return;
+    // The last window may have been partial: drop it so it is fetched again.
+    this.chunks.delete(Math.floor(this.total / CHUNK));
+    this.total = total; this.layout();
+  }
+
+  layout() {
+    this.perRow = Math.max(1, Math.floor((this.box.clientWidth - POS_W - 16) / CELL_W));
+    this.rows = Math.ceil(this.total / this.perRow);
+    this.fullH = this.rows * ROW_H;
+    this.spacer.style.height = Math.min(this.fullH, MAX_H) + "px";
+    this.count.textContent = `${this.total.toLocaleString("en-US")} tokens`;
+    this.render();
+  }
+
+  schedule() {
+    if (this.pending) return;
+    this.pending = requestAnimationFrame(() => { this.pending = 0; this.render(); });
+  }
+
+  // Map the scrollbar onto the full row range even when the spacer is capped at MAX_H.
+  virtualTop() {
+    const viewH = this.box.clientHeight, shownH = Math.min(this.fullH, MAX_H);
+    const maxScroll = Math.max(shownH - viewH, 1), maxTop = Math.max(this.fullH - viewH, 0);
+    return Math.min(this.box.scrollTop / maxScroll, 1) * maxTop;
+  }
+
+  scrollTo(pos) {
+    if (!Number.isFinite(pos)) return;
+    pos = Math.max(0, Math.min(pos, this.total - 1));
+    const rowTop = Math.floor(pos / this.perRow) * ROW_H;
+    const viewH = this.box.clientHeight, shownH = Math.min(this.fullH, MAX_H);
+    const maxTop = Math.max(this.fullH - viewH, 1);
+    this.box.scrollTop = Math.min(rowTop / maxTop, 1) * Math.max(shownH - viewH, 0);
+    this.render();
+  }
+
+  chunk(c) {
+    const have = this.chunks.get(c);
+    if (have) { this.chunks.delete(c); this.chunks.set(c, have); return have; }
+    if (!this.inflight.has(c)) {
+      const start = c * CHUNK, end = Math.min(start + CHUNK, this.total);
+      const p = fetch(`${this.url}?start=${start}&end=${end}&format=bin`).then(async (resp) => {
+        if (!resp.ok) throw new Error(`tokens ${start}-${end}: ${resp.status}`);
+        const buf = await resp.arrayBuffer();
+        const n = Number(resp.headers.get("X-Token-End")) - Number(resp.headers.get("X-Token-Start"));
+        this.chunks.set(c, { start, n, ids: new Int32Array(buf, 0, n),
+          lp: new Float32Array(buf, 4 * n, n), mask: new Uint8Array(buf, 8 * n, n) });
+        while (this.chunks.size > KEEP_CHUNKS) this.chunks.delete(this.chunks.keys().next().value);
+        this.schedule();
+      }).catch((err) => { this.info.textContent = String(err.message || err); })
+        .finally(() => this.inflight.delete(c));
+      this.inflight.set(c, p);
+    }
+    return null;
+  }
+
+  token(pos) {
+    const ch = this.chunk(Math.floor(pos / CHUNK));
+    if (!ch || pos - ch.start >= ch.n) return null;
+    const k = pos - ch.start;
+    return { id: ch.ids[k], lp: ch.lp[k], mask: ch.mask[k] };
+  }
+
+  render() {
+    const top = this.virtualTop(), viewH = this.box.clientHeight;
+    const first = Math.max(0, Math.floor(top / ROW_H) - OVERSCAN);
+    const last = Math.min(this.rows, Math.ceil((top + viewH) / ROW_H) + OVERSCAN);
+    const shift = this.box.scrollTop - top;  // spacer px minus virtual px
+    const frag = document.createDocumentFragment();
+    for (let r = first; r < last; r++) {
+      const row = el("div", { class: "tokrow", style: `top:${r * ROW_H + shift}px` },
+        el("span", { class: "pos" }, (r * this.perRow).toLocaleString("en-US")));
+      const end = Math.min((r + 1) * this.perRow, this.total);
+      for (let pos = r * this.perRow; pos < end; pos++) {
+        const t = this.token(pos);
+        if (!t) { row.append(el("span", { class: "tok", "data-pos": pos }, "…")); continue; }
+        row.append(el("span", { class: "tok", "data-pos": pos, "data-id": t.id, "data-mask": t.mask,
+          style: `background:${colour(this.mode, t.mask, t.lp)}` }, String(t.id)));
+      }
+      frag.append(row);
+    }
+    this.spacer.replaceChildren(frag);
+  }
+
+  hover(target) {
+    if (!target.classList || !target.classList.contains("tok")) return;
+    const pos = Number(target.dataset.pos), t = this.token(pos);
+    if (!t) return;
+    const lp = Number.isNaN(t.lp) ? "–" : `${t.lp.toFixed(4)} (p=${Math.exp(t.lp).toFixed(3)})`;
+    this.info.textContent = `pos ${pos} · id ${t.id} · logprob ${lp} · ${t.mask ? "trained" : "not trained"}`;
+  }
+}
