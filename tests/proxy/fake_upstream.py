@@ -34,7 +34,7 @@ def assistant_body(content: str | None, calls: list[tuple[str, str]]) -> list[in
     ids = encode(content or "")
     for name, args in calls:
         ids += encode(f"<tool>{name}:{args}</tool>")
-    return ids + [END]
+    return [*ids, END]
 
 
 def render(messages: list[dict[str, Any]]) -> list[int]:
@@ -46,7 +46,7 @@ def render(messages: list[dict[str, Any]]) -> list[int]:
                      for tc in m.get("tool_calls") or ()]
             ids += assistant_body(m.get("content"), calls)
         else:
-            ids += encode(_text_of(m.get("content"))) + [END]
+            ids += [*encode(_text_of(m.get("content"))), END]
     return [*ids, ROLES["assistant"]]
 
 
