@@ -182,7 +182,7 @@ class Environment:
         return self.tasks() if n is None else itertools.islice(self.tasks(), n)
 
     def count(self) -> int | None:
-        """Number of tasks when cheaply known (a sized source), else None."""
+        """Number of tasks when known without producing them (a sized source), else None."""
         src = self._tasks
         return len(src) if isinstance(src, Sized) else None
 

@@ -68,6 +68,7 @@ class CommandHarness:
     """
 
     kind = "command"
+    uses_sdk = False
 
     def __init__(
         self,

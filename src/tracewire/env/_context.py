@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import weakref
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -17,7 +19,9 @@ __all__ = [
     "Rollout",
     "SessionLike",
     "assistant_texts",
+    "close_http_client",
     "final_text",
+    "http_client",
 ]
 
 
@@ -46,6 +50,45 @@ class ProxyLike(Protocol):
         group_id: str | None = ...,
         group_index: int = ...,
     ) -> Any: ...
+
+
+# One HTTP client per event loop, shared by every rollout's SDK client: building one costs
+# ~0.1-0.2 s (TLS context), far too much per rollout and far too long to block the loop.
+_HTTP: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any] = weakref.WeakKeyDictionary()
+
+
+async def http_client() -> Any:
+    """The ``openai`` SDK's async HTTP client shared by the rollouts on this loop (made, and
+    ``openai`` imported, in a worker thread)."""
+    loop = asyncio.get_running_loop()
+    client = _HTTP.get(loop)
+    if client is None:
+
+        def make() -> Any:
+            import openai
+
+            http = openai.DefaultAsyncHttpxClient()
+            # The SDK imports its resource and response-type modules on first use; do it
+            # here so the first rollout's turn does not stall the loop on imports.
+            _ = openai.AsyncOpenAI(api_key="-", base_url="http://127.0.0.1:9/v1",
+                                   http_client=http).chat.completions
+            import openai.types.chat
+
+            # ...and warms the ABC caches its first request build walks (~0.25 s cold).
+            http.build_request("POST", "http://127.0.0.1:9/v1/x", headers={"a": "b"}, json={})
+
+            return http
+
+        client = await asyncio.to_thread(make)
+        client = _HTTP.setdefault(loop, client)
+    return client
+
+
+async def close_http_client() -> None:
+    """Close this loop's shared HTTP client, if any."""
+    client = _HTTP.pop(asyncio.get_running_loop(), None)
+    if client is not None:
+        await client.aclose()
 
 
 class Rollout:
@@ -77,6 +120,8 @@ class Rollout:
         self.workdir: Path | None = None
         self.stop_reason: str | None = None
         self._client: AsyncOpenAI | None = None
+        #: Shared HTTP client for the SDK (set during boot by the rollout runner).
+        self.http: Any = None
 
     def stop(self, reason: str) -> None:
         """Record why the agent stopped (only the first reason is kept)."""
@@ -95,14 +140,16 @@ class Rollout:
                 api_key=self.session.secret,
                 max_retries=0,
                 timeout=None,
+                http_client=self.http,
             )
         return self._client
 
     async def aclose(self) -> None:
-        """Close the SDK client if one was made."""
+        """Drop the SDK client (closing it only when it owns its HTTP client)."""
         if self._client is not None:
             client, self._client = self._client, None
-            await client.close()
+            if self.http is None:
+                await client.close()
 
 
 def assistant_texts(trace: Trace) -> list[str]:

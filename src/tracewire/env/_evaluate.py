@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from .._errors import EnvError, UpstreamError
 from ..trace import Episode
 from ._api import Environment, Task, Timeouts
+from ._context import close_http_client, http_client
 from ._load import load_environment
 from ._rollout import run_rollout
 from ._summary import Summary, Tally
@@ -93,8 +94,13 @@ async def _upstream(
         return
     from ..model import MODEL_NAME, ModelServer
 
-    async with ModelServer(seed=seed) as server:
+    # The built-in model gets its own thread and event loop: its sampling is CPU work that
+    # would otherwise stall the loop driving the rollouts (as a real server would not).
+    server = await asyncio.to_thread(ModelServer.run_in_thread, seed=seed)
+    try:
         yield server.base_url, model or MODEL_NAME
+    finally:
+        await asyncio.to_thread(server.stop)
 
 
 async def _open_run(out: Path, resume: bool, meta: dict[str, Any]) -> Run:
@@ -155,6 +161,11 @@ async def run_eval(
     from ..proxy import Proxy
     from ..store import LoopLagProbe
 
+
+    # Heavy imports and the shared HTTP client are made off the loop, before any rollout.
+    await asyncio.to_thread(_preload)
+    if getattr(env.harness, "uses_sdk", True):
+        await http_client()
     tally = Tally()
     status = "complete"
     lag: float | None = None
@@ -168,7 +179,7 @@ async def run_eval(
         run_key = str(run.meta.get("name") or out_path.name)
         try:
             done = set(run.completed_pairs()) if resume else set()
-            count = env.count()
+            count = await asyncio.to_thread(env.count)
             if total_hint is not None:
                 total = None if count is None else min(count, n if n is not None else count)
                 total_hint(None if total is None else total * r - len(done))
@@ -227,6 +238,7 @@ async def run_eval(
                     lag = probe.p99_ms
         finally:
             await run.close(status=status)
+            await close_http_client()
     summary = tally.summary(
         env=env.name, model=model_name, status=status, run_dir=str(out_path),
         loop_lag_p99_ms=lag, skipped=skipped[0],
@@ -235,6 +247,13 @@ async def run_eval(
     if tally.n and tally.calls_ok == 0 and tally.first_error is not None:
         reason = f"no rollout got a model answer (first error: {tally.first_error})"
     return EvalResult(run=run, summary=summary, status=status, reason=reason)
+
+
+def _preload() -> None:
+    import importlib
+
+    for name in ("tracewire.model", "tracewire.proxy", "tracewire.store"):
+        importlib.import_module(name)
 
 
 def _proxy_config(api_key: str | None) -> Any:

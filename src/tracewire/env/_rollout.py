@@ -18,7 +18,7 @@ from typing import Any
 from .._errors import PhaseTimeout
 from ..trace import Episode, Span, Trace
 from ._api import Environment, Task, Timeouts, as_task, call_user
-from ._context import ProxyLike, Rollout
+from ._context import ProxyLike, Rollout, http_client
 
 __all__ = ["PHASES", "rollout_seed", "run_rollout"]
 
@@ -160,6 +160,8 @@ async def _attempt(
             env=env, task=task, episode=episode, trace=trace, session=session,
             model=model, sampling=sampling,
         )
+        if getattr(env.harness, "uses_sdk", True):
+            rollout.http = await http_client()
         boot_hook = getattr(env.harness, "boot", None)
         if boot_hook is not None:
             await boot_hook(rollout)

@@ -4,26 +4,43 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from importlib import resources
+from importlib.resources.abc import Traversable
 from typing import Any
 
-__all__ = ["data_tasks", "fmt", "parse_answer"]
+__all__ = ["JsonlTasks", "data_tasks", "fmt", "parse_answer"]
 
 _ANSWER = re.compile(r"Answer:\s*(-?\d+(?:\.\d+)?)")
 
 
-def data_tasks(name: str) -> Callable[[], Iterator[dict[str, Any]]]:
-    """A task source reading ``tracewire/env/data/<name>.jsonl`` lazily, row by row."""
+class JsonlTasks:
+    """A task source reading ``tracewire/env/data/<name>.jsonl`` lazily, row by row; sized
+    (``len`` counts the rows once)."""
 
-    def rows() -> Iterator[dict[str, Any]]:
-        path = resources.files("tracewire.env") / "data" / f"{name}.jsonl"
-        with path.open("r", encoding="utf-8") as f:
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._len: int | None = None
+
+    def _path(self) -> Traversable:
+        return resources.files("tracewire.env") / "data" / f"{self.name}.jsonl"
+
+    def __call__(self) -> Iterator[dict[str, Any]]:
+        with self._path().open("r", encoding="utf-8") as f:
             for line in f:
                 if line.strip():
                     yield json.loads(line)
 
-    return rows
+    def __len__(self) -> int:
+        if self._len is None:
+            with self._path().open("r", encoding="utf-8") as f:
+                self._len = sum(1 for line in f if line.strip())
+        return self._len
+
+
+def data_tasks(name: str) -> JsonlTasks:
+    """The bundled task file ``name`` as a lazy, sized task source."""
+    return JsonlTasks(name)
 
 
 def fmt(x: float) -> str:
