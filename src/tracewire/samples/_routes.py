@@ -37,6 +37,7 @@ __all__ = ["SessionAPI", "add_session_routes"]
 log = logging.getLogger("tracewire.samples")
 
 SESSION_API_KEY: web.AppKey[SessionAPI] = web.AppKey("tracewire_session_api")
+_CHUNK = 1 << 20
 _BYTES_PER_TOKEN = 9  # int32 id + uint8 mask + float32 logprob
 _SAMPLES_KEYS = frozenset({"max_seq_len", "metadata"})
 _CREATE_KEYS = frozenset({"metadata", "ttl", "group_id", "group_index", "max_turns", "max_tokens"})
@@ -296,17 +297,17 @@ class SessionAPI:
                 and cached.key == key
                 and (cached.closed_at is None or time.time() - cached.closed_at <= self.grace_s)
             ):
-                return self._payload(cached.payload)
+                return await self._payload(request, cached.payload)
             raise _HTTPFail(404, str(exc)) from exc
         session.touch()
         builder = self.builder(session)
         trace = session.trace
         version = (len(trace.nodes), len(trace.calls), len(trace.tokens))
         if cached is not None and cached.key == key and cached.version == version:
-            return self._payload(cached.payload)
+            return await self._payload(request, cached.payload)
         payload = await asyncio.to_thread(self._collect, session, builder, max_seq_len, overrides)
         self.collected[sid] = _Collected(key=key, version=version, payload=payload)
-        return self._payload(payload)
+        return await self._payload(request, payload)
 
     def _collect(
         self,
@@ -347,8 +348,16 @@ class SessionAPI:
         return encode_samples(samples, info=info)
 
     @staticmethod
-    def _payload(payload: bytes) -> web.Response:
-        return web.Response(body=payload, content_type="application/octet-stream")
+    async def _payload(request: web.Request, payload: bytes) -> web.StreamResponse:
+        # Streamed in slices so a multi-MB payload never sits in one loop-blocking write.
+        resp = web.StreamResponse(headers={"Content-Type": "application/octet-stream"})
+        resp.content_length = len(payload)
+        await resp.prepare(request)
+        view = memoryview(payload)
+        for i in range(0, len(payload), _CHUNK):
+            await resp.write(view[i : i + _CHUNK])
+        await resp.write_eof()
+        return resp
 
     async def delete(self, request: web.Request) -> web.StreamResponse:
         """``DELETE /sessions/{id}`` (repeating it is harmless: 200 with ``already``)."""

@@ -1,0 +1,114 @@
+"""End to end: the openai SDK drives a multi-turn tool loop through the proxy against the
+built-in model; SessionClient collects; the samples equal the trace's branch and the ids and
+logprobs the model returned."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import numpy as np
+import openai
+import pytest
+
+from tracewire import SessionError
+from tracewire.model import MODEL_NAME, ModelServer
+from tracewire.proxy import Proxy
+from tracewire.samples import SessionClient
+
+CALCULATOR = {
+    "type": "function",
+    "function": {
+        "name": "calculator",
+        "description": "Evaluate an arithmetic expression with + - * / and parentheses.",
+        "parameters": {
+            "type": "object",
+            "properties": {"expression": {"type": "string"}},
+            "required": ["expression"],
+        },
+    },
+}
+SYSTEM = "You can call tools. Use a tool to compute the result, then reply with 'Answer: <number>'."
+
+
+@pytest.fixture
+async def proxy() -> AsyncIterator[Proxy]:
+    async with ModelServer(seed=3) as model, Proxy(model.base_url) as p:
+        yield p
+
+
+async def test_openai_tool_loop_then_collect(proxy: Proxy) -> None:
+    async with SessionClient(proxy.url, timeout=120) as client:
+        info = await client.create(metadata={"task": "calc-1"}, group_id="g7", group_index=1)
+        oai = openai.AsyncOpenAI(base_url=info.base_url, api_key=info.api_key, max_retries=0)
+        messages: list[dict[str, Any]] = [
+            {"role": "system", "content": SYSTEM},
+            {"role": "user", "content": "Use the calculator to compute (47 + 5) * 3."},
+        ]
+        returned: list[tuple[list[int], list[float], str]] = []
+        for turn in range(4):
+            r = await oai.chat.completions.create(
+                model=MODEL_NAME,
+                messages=messages,  # type: ignore[arg-type]
+                tools=[CALCULATOR],  # type: ignore[list-item]
+                tool_choice=(
+                    {"type": "function", "function": {"name": "calculator"}} if turn < 2 else "none"
+                ),  # type: ignore[arg-type]
+                seed=turn,
+                max_tokens=48,
+                logprobs=True,
+                extra_body={"return_token_ids": True},
+            )
+            choice = r.choices[0]
+            ids = (choice.model_extra or {})["token_ids"]
+            assert choice.logprobs is not None and choice.logprobs.content is not None
+            lps = [e.logprob for e in choice.logprobs.content]
+            returned.append((ids, lps, str(choice.finish_reason)))
+            msg = choice.message
+            entry: dict[str, Any] = {"role": "assistant", "content": msg.content}
+            if msg.tool_calls:
+                entry["tool_calls"] = [tc.model_dump() for tc in msg.tool_calls]
+            messages.append(entry)
+            if not msg.tool_calls:
+                break
+            for tc in msg.tool_calls:
+                messages.append(
+                    {"role": "tool", "tool_call_id": tc.id, "content": json.dumps({"result": 156})}
+                )
+        await oai.close()
+        assert len(returned) >= 3  # two forced tool calls, then an answer
+
+        session = proxy.registry.get(info.session_id)
+        trace = session.trace
+        summary = await client.get(info.session_id)
+        assert summary["turns"] == len(returned) and summary["branches"] == 1
+        samples = await client.collect(info.session_id, metadata={"step": 9})
+
+    (s,) = samples
+    want_status = "truncated" if returned[-1][2] == "length" else "completed"
+    assert s.status == want_status
+    assert (s.group_id, s.group_index) == ("g7", 1)
+    assert s.metadata["task"] == "calc-1" and s.metadata["step"] == 9
+    assert s.metadata["session_id"] == info.session_id
+    # The sample is the trace's branch, token for token.
+    branch = trace.branch(s.leaf)
+    assert np.array_equal(s.tokens, branch.ids)
+    assert np.array_equal(s.loss_mask, branch.mask)
+    assert s.logprobs is not None
+    assert np.array_equal(s.logprobs, np.nan_to_num(branch.logprobs, nan=0.0))
+    # Each model turn's span holds exactly the ids and logprobs the model returned.
+    assert len(s.spans) == len(returned)
+    for (_node, start, end), (ids, lps, _finish) in zip(s.spans, returned, strict=True):
+        assert s.tokens[start:end].tolist() == ids
+        assert np.array_equal(s.logprobs[start:end], np.asarray(lps, dtype=np.float32))
+        assert s.loss_mask[start:end].all()
+    # Everything between model turns (tool results, templates) is mask 0, logprob 0.
+    trainable = np.zeros(len(s.tokens), dtype=bool)
+    for _node, start, end in s.spans:
+        trainable[start:end] = True
+    assert not s.loss_mask[~trainable].any() and not s.logprobs[~trainable].any()
+    assert s.prompt_len == s.spans[0][1]
+    # The collect also deleted the session.
+    with pytest.raises(SessionError, match="deleted"):
+        proxy.registry.get(info.session_id)
