@@ -40,8 +40,8 @@ async def test_token_fields_stripped_unless_asked(fake: Fake, proxy: Proxy) -> N
     msgs = [{"role": "user", "content": "hi"}]
     raw = await client.chat.completions.with_raw_response.create(model="m", messages=msgs)
     d = orjson.loads(raw.content)
-    assert d["prompt_token_ids"] is None
-    assert d["choices"][0]["token_ids"] is None
+    assert "prompt_token_ids" not in d
+    assert "token_ids" not in d["choices"][0]
     assert d["choices"][0]["logprobs"] is None
     raw = await client.chat.completions.with_raw_response.create(
         model="m", messages=msgs, logprobs=True, extra_body={"return_token_ids": True})

@@ -89,6 +89,8 @@ def to_chat(body: dict[str, Any]) -> dict[str, Any]:
             out.append({"role": "user",
                         "content": "".join(p["text"] for p in parts) if only_text else parts})
     chat: dict[str, Any] = {"model": body.get("model", ""), "messages": out}
+    if "tracewire" in body:  # the built-in model's forcing extension travels as is
+        chat["tracewire"] = body["tracewire"]
     if "max_tokens" in body:
         chat["max_tokens"] = body["max_tokens"]
     for k in ("temperature", "top_p", "top_k", "stream"):

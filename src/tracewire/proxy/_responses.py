@@ -73,6 +73,8 @@ def to_chat(body: dict[str, Any]) -> dict[str, Any]:
     else:
         raise BadRequest(400, "'input' must be a string or a list of items")
     chat: dict[str, Any] = {"model": body.get("model", ""), "messages": msgs}
+    if "tracewire" in body:  # the built-in model's forcing extension travels as is
+        chat["tracewire"] = body["tracewire"]
     if body.get("max_output_tokens") is not None:
         chat["max_tokens"] = body["max_output_tokens"]
     for k in ("temperature", "top_p", "stream", "parallel_tool_calls"):

@@ -88,17 +88,17 @@ def outcome_of(d: dict[str, Any]) -> Outcome:
 
 
 def strip_added(d: dict[str, Any], *, ids: bool, logprobs: bool) -> None:
-    """Null the token fields the proxy asked for but the harness did not (in place), the
-    way the upstream reports them when not asked."""
+    """Remove the token fields the proxy asked for but the harness did not (in place):
+    id fields are dropped (servers omit them or send null when not asked, which SDKs read
+    alike), ``logprobs`` becomes null as every server reports it when not asked."""
     if ids:
-        for k in ("prompt_token_ids", "input_ids"):
-            if k in d:
-                d[k] = None
+        d.pop("prompt_token_ids", None)
+        d.pop("input_ids", None)
     for ch in d.get("choices") or ():
         if not isinstance(ch, dict):
             continue
-        if ids and "token_ids" in ch:
-            ch["token_ids"] = None
+        if ids:
+            ch.pop("token_ids", None)
         if logprobs and "logprobs" in ch:
             ch["logprobs"] = None
 
