@@ -166,6 +166,7 @@ class _Reward(msgspec.Struct):
 
 class _Call(msgspec.Struct):
     usage: dict[str, int] = {}
+    span: _Span | None = None
 
 
 class _Trace(msgspec.Struct):
@@ -219,6 +220,8 @@ def row_from_header(
         turns += len(t.calls)
         errors += len(t.errors)
         for c in t.calls:
+            if c.span is not None:
+                spans.append(c.span)
             inp += _usage(c.usage, "prompt_tokens", "input_tokens")
             out += _usage(c.usage, "completion_tokens", "output_tokens")
         ids = t.columns.get("ids")
