@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 from pathlib import Path
 
 import numpy as np
@@ -124,5 +125,7 @@ def make_fixture_run(path: Path, *, big: int = 0) -> dict[str, Episode]:
     eps = fixture_episodes()
     if big:
         eps.append(big_tokens_episode(big))
-    asyncio.run(write_run(path, eps))
+    # In a thread of its own: Playwright's sync API keeps an event loop on the test thread.
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        pool.submit(asyncio.run, write_run(path, eps)).result()
     return {ep.id: ep for ep in eps}

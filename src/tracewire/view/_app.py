@@ -228,10 +228,10 @@ async def _events(request: web.Request) -> web.StreamResponse:
     feed = request.app[FEED]
     if not feed.acquire():
         raise error(web.HTTPServiceUnavailable, "too many open event streams")
+    resp = web.StreamResponse(
+        headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+    )
     try:
-        resp = web.StreamResponse(
-            headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
-        )
         await resp.prepare(request)
         poll = feed.state.poll
         sent_version = -1
@@ -258,6 +258,8 @@ async def _events(request: web.Request) -> web.StreamResponse:
                 await resp.write(_sse("gone", {"id": episode}))
                 break
         return resp
+    except ConnectionResetError:
+        return resp  # the page went away: nothing more to do
     finally:
         feed.release()
 
