@@ -33,6 +33,7 @@ from ._protocol import (
     encode_envelope,
     error_body,
     parse_job_frame,
+    send_now,
 )
 from ._runner import ENV_FACTORY, STANDIN_FACTORY
 from ._workers import Job, Workers, WorkerState
@@ -158,7 +159,7 @@ class EnvServer:
         """Send to a client without waiting; False if it cannot take it (gone or not reading)."""
         assert self._front is not None
         try:
-            self._front.send_multipart([client, *frames], flags=zmq.NOBLOCK, copy=False)
+            send_now(self._front, [client, *frames])
             return True
         except zmq.ZMQError as exc:
             log.warning("cannot send to client %s: %s", client.hex(), exc)
@@ -170,8 +171,7 @@ class EnvServer:
     def to_worker(self, w: WorkerState, kind: str, body: dict[str, Any], rid: str = "") -> bool:
         assert self._back is not None
         try:
-            self._back.send_multipart([w.id.encode(), encode_envelope(kind, rid, body)],
-                                      flags=zmq.NOBLOCK)
+            send_now(self._back, [w.id.encode(), encode_envelope(kind, rid, body)])
             return True
         except zmq.ZMQError as exc:
             log.warning("cannot send to worker %s: %s", w.id, exc)

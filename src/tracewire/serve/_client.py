@@ -29,6 +29,7 @@ from ._protocol import (
     decode_envelope,
     encode_envelope,
     error_from_body,
+    send_now,
 )
 
 __all__ = ["DEFAULT_TIMEOUT", "EnvClient", "OnDelta", "RunResult"]
@@ -150,8 +151,7 @@ class EnvClient:
 
     def _send_now(self, addr: str, kind: str, rid: str, body: dict[str, Any]) -> None:
         with contextlib.suppress(zmq.ZMQError):
-            self._socks[addr].send(encode_envelope(kind, rid, body, proto=self._protocol),
-                                   flags=zmq.NOBLOCK)
+            send_now(self._socks[addr], [encode_envelope(kind, rid, body, proto=self._protocol)])
 
     async def _call(self, addr: str, kind: str, body: dict[str, Any], timeout: float,
                     req: _Request | None = None) -> Any:
@@ -160,8 +160,9 @@ class EnvClient:
         if req is None:
             req = _Request(new_id(), kind, addr, loop.create_future())
         self._pending[req.rid] = req
+        deadline = asyncio.timeout(timeout)
         try:
-            async with asyncio.timeout(timeout):
+            async with deadline:
                 try:
                     await self._socks[addr].send(
                         encode_envelope(kind, req.rid, body, proto=self._protocol))
@@ -169,13 +170,17 @@ class EnvClient:
                     raise ServeError(f"cannot send to {addr}: {exc}") from exc
                 return await req.fut
         except TimeoutError as exc:
+            if not deadline.expired():
+                raise  # the server's RunTimeout, not ours
             if kind in ("run", "run_group"):
                 self._send_now(addr, "cancel", new_id(), {"target": req.rid})
                 raise RunTimeout(f"{kind} {req.rid} on {addr}: no answer within {timeout}s "
                                  "(client-side timeout); asked the server to cancel") from exc
             raise ServeError(f"{kind}: no answer from {addr} within {timeout}s") from exc
         except asyncio.CancelledError:
-            if kind in ("run", "run_group") and not req.fut.done():
+            # Cancelling this task cancels ``req.fut`` too; only a received answer means
+            # there is nothing left to cancel on the server.
+            if kind in ("run", "run_group") and (not req.fut.done() or req.fut.cancelled()):
                 self._send_now(addr, "cancel", new_id(), {"target": req.rid})
             raise
         finally:
@@ -276,7 +281,7 @@ class EnvClient:
         req = self._pending.get(env.rid)
         if req is None:
             if env.kind == "error":
-                log.warning("error from %s for no pending request: %s", addr,
+                log.debug("error from %s for no pending request: %s", addr,
                             error_from_body(env.body, addr))
             return
         if env.kind == "error":

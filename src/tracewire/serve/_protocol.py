@@ -17,11 +17,14 @@ output to clients by reading 9 bytes and forwards the rest without decoding it.
 
 from __future__ import annotations
 
+import asyncio
 import struct
 from enum import IntEnum
-from typing import Any
+from typing import Any, cast
 
 import msgspec
+import zmq
+import zmq.asyncio
 
 from .._errors import (
     BusyError,
@@ -51,6 +54,7 @@ __all__ = [
     "error_from_body",
     "job_frame",
     "parse_job_frame",
+    "send_now",
 ]
 
 #: Version of the envelope protocol; a peer speaking another one is refused with a clear error.
@@ -167,3 +171,15 @@ def cursor_list(trace: Trace) -> list[int]:
     """A trace's cursor as the plain list the final reply carries."""
     c: Cursor = cursor_of(trace)
     return [c.nodes, c.tokens, c.calls, c.errors]
+
+
+def send_now(sock: zmq.asyncio.Socket, frames: list[Any], *, copy: bool = False) -> None:
+    """Send without waiting; raises ``zmq.ZMQError`` (``Again`` when the peer's queue is full).
+
+    An asyncio socket reports a non-blocking send's failure through the returned future,
+    which is already done when no other send is waiting; this surfaces it as an exception.
+    """
+    fut = cast("asyncio.Future[Any]", sock.send_multipart(frames, flags=zmq.NOBLOCK, copy=copy))
+    exc = fut.exception() if fut.done() else None
+    if exc is not None:
+        raise exc
