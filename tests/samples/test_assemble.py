@@ -412,3 +412,16 @@ def test_interleaved_branches_gather_across_column_runs() -> None:
     assert a.logprobs is not None and a.logprobs.tolist() == [0, -1, 0, -2]
     a, b = assemble(t, max_seq_len=3)
     assert a.tokens.tolist() == [1, 2] and b.tokens.tolist() == [100, 101]
+
+
+def test_builder_attached_late_to_a_long_trace() -> None:
+    # More nodes than the loop-side watcher takes on at once: the collect catches up.
+    t = Trace()
+    c = complete(t, prompt(t, None, [("user", "u")], [1]), [2], [-1.0], "tool_calls")
+    for k in range(700):
+        c = complete(t, prompt(t, c, [("tool", str(k))], [3]), [4], [-1.0], "tool_calls")
+    b = SampleBuilder(t).attach(catch_up=False)
+    complete(t, prompt(t, c, [("user", "end")], [5]), [6], [-1.0], "stop")
+    (s,) = b.samples()
+    assert s.tokens.shape == (2 * 702,) and len(s.spans) == 702
+    assert s.equals(assemble(t)[0])

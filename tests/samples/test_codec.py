@@ -11,6 +11,7 @@ import safetensors.numpy as stn
 
 from tracewire import DecodeError, SampleError, Trace
 from tracewire.samples import Sample, assemble, decode_samples, encode_samples, payload_meta
+from tracewire.samples._codec import encode_parts
 
 from .builders import complete, golden, prompt
 
@@ -62,6 +63,8 @@ def test_payload_loads_with_safetensors_and_equals_samples() -> None:
     assert payload_meta(data) == meta
     # Our decoder gives back exactly the samples.
     assert_same(decode_samples(data), samples)
+    # The uncopied buffers a server streams are the same bytes.
+    assert b"".join(encode_parts(samples, info={"session_id": "abc"})) == data
 
 
 def test_decoder_reads_files_written_by_safetensors() -> None:

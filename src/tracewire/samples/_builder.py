@@ -33,6 +33,8 @@ __all__ = ["SampleBuilder", "assemble"]
 
 log = logging.getLogger("tracewire.samples")
 
+_LOOP_BACKLOG = 1024  # most new nodes a commit watcher processes on the event loop
+
 
 @dataclass(slots=True, frozen=True)
 class _Turn:
@@ -81,16 +83,22 @@ class SampleBuilder:
         self._unwatch: Callable[[], None] | None = None
 
     # -- streaming side ------------------------------------------------------------------
-    def attach(self) -> SampleBuilder:
-        """Catch up with the trace and follow its commits from now on."""
-        self.update()
+    def attach(self, *, catch_up: bool = True) -> SampleBuilder:
+        """Follow the trace's commits from now on (catching up first unless told not to:
+        the next :meth:`samples` or :meth:`summary` call catches up anyway)."""
+        if catch_up:
+            self.update()
         if self._unwatch is None:
             self._unwatch = self.trace.watch(self._on_commit)
         return self
 
     def _on_commit(self, _trace: Trace) -> None:
         # Runs on the event loop: never wait for a collect holding the lock in a thread;
-        # the bookkeeping is counter-based, so whoever takes the lock next catches up.
+        # the bookkeeping is counter-based, so whoever takes the lock next catches up. A
+        # large backlog (a builder attached late to a long trace) is left to the collect,
+        # which runs in a worker thread.
+        if len(self.trace.nodes) - len(self._cum) > _LOOP_BACKLOG:
+            return
         if self._lock.acquire(blocking=False):
             try:
                 self._add_nodes()

@@ -23,7 +23,14 @@ from numpy.typing import NDArray
 from .._errors import DecodeError, SampleError
 from ._sample import Sample
 
-__all__ = ["FORMAT", "SCHEMA", "decode_samples", "encode_samples", "payload_meta"]
+__all__ = [
+    "FORMAT",
+    "SCHEMA",
+    "decode_samples",
+    "encode_parts",
+    "encode_samples",
+    "payload_meta",
+]
 
 FORMAT = "tracewire.samples"
 #: Version of the payload layout; readers refuse a higher one.
@@ -65,6 +72,16 @@ def _contig(arr: NDArray[Any], dtype: np.dtype[Any], name: str) -> NDArray[Any]:
 
 def encode_samples(samples: Sequence[Sample], *, info: Mapping[str, Any] | None = None) -> bytes:
     """Encode samples as one safetensors payload (see the module doc for the layout)."""
+    # One join: each array is copied exactly once, straight into the payload.
+    return b"".join(encode_parts(samples, info=info))
+
+
+def encode_parts(
+    samples: Sequence[Sample], *, info: Mapping[str, Any] | None = None
+) -> list[bytes | memoryview]:
+    """The payload as a list of buffers (header, then the arrays' own memory, uncopied)
+    whose concatenation is :func:`encode_samples`'s result; a server can send them as
+    they are."""
     empty = next((s.empty_reason for s in samples if s.empty_reason), None)
     meta = {
         "format": FORMAT,
@@ -96,7 +113,7 @@ def encode_samples(samples: Sequence[Sample], *, info: Mapping[str, Any] | None 
     narrow.append(("meta", "U8", np.frombuffer(meta_bytes, dtype=np.uint8)))
 
     header: dict[str, Any] = {"__metadata__": {"format": FORMAT, "schema": str(SCHEMA)}}
-    parts: list[Any] = []
+    parts: list[bytes | memoryview] = []
     off = 0
     for name, dt, arr in (*wide, *narrow):
         nb = int(arr.nbytes)
@@ -106,8 +123,7 @@ def encode_samples(samples: Sequence[Sample], *, info: Mapping[str, Any] | None 
         off += nb
     hb = orjson.dumps(header)
     hb += b" " * (-(8 + len(hb)) % 8)
-    # One join: each array is copied exactly once, straight into the payload.
-    return b"".join([struct.pack("<Q", len(hb)), hb, *parts])
+    return [struct.pack("<Q", len(hb)) + hb, *parts]
 
 
 def _parse(data: bytes | bytearray | memoryview) -> tuple[dict[str, NDArray[Any]], dict[str, Any]]:

@@ -26,7 +26,7 @@ from aiohttp import web
 
 from .._errors import HookError, LimitError, SampleError, SessionError
 from ._builder import SampleBuilder
-from ._codec import encode_samples
+from ._codec import encode_parts
 from ._hooks import Picker, Postprocess, default_picker, default_postprocess
 
 if TYPE_CHECKING:
@@ -64,7 +64,9 @@ def _json(obj: Any, status: int = 200) -> web.Response:
 class _Collected:
     key: bytes
     version: tuple[int, int, int]
-    payload: bytes
+    # The payload as buffers: views of the trace's append-only columns plus the few
+    # arrays assembly made, so keeping it for repeats costs (almost) no extra memory.
+    parts: list[bytes | memoryview]
     closed_at: float | None = None
 
 
@@ -140,12 +142,14 @@ class SessionAPI:
 
     # -- bookkeeping -----------------------------------------------------------------------
     def builder(self, session: Session) -> SampleBuilder:
-        """The session's builder, created (and caught up) on first use."""
+        """The session's builder, created on first use (catching up on an existing trace
+        happens in the collect's worker thread, not here on the loop)."""
         b = self.builders.get(session.id)
         if b is None or b.trace is not session.trace:
             if b is not None:
                 b.close()
-            b = self.builders[session.id] = SampleBuilder(session.trace).attach()
+            b = SampleBuilder(session.trace).attach(catch_up=False)
+            self.builders[session.id] = b
         return b
 
     def sweep(self, now: float | None = None) -> None:
@@ -297,17 +301,17 @@ class SessionAPI:
                 and cached.key == key
                 and (cached.closed_at is None or time.time() - cached.closed_at <= self.grace_s)
             ):
-                return await self._payload(request, cached.payload)
+                return await self._payload(request, cached.parts)
             raise _HTTPFail(404, str(exc)) from exc
         session.touch()
         builder = self.builder(session)
         trace = session.trace
         version = (len(trace.nodes), len(trace.calls), len(trace.tokens))
         if cached is not None and cached.key == key and cached.version == version:
-            return await self._payload(request, cached.payload)
-        payload = await asyncio.to_thread(self._collect, session, builder, max_seq_len, overrides)
-        self.collected[sid] = _Collected(key=key, version=version, payload=payload)
-        return await self._payload(request, payload)
+            return await self._payload(request, cached.parts)
+        parts = await asyncio.to_thread(self._collect, session, builder, max_seq_len, overrides)
+        self.collected[sid] = _Collected(key=key, version=version, parts=parts)
+        return await self._payload(request, parts)
 
     def _collect(
         self,
@@ -315,7 +319,7 @@ class SessionAPI:
         builder: SampleBuilder,
         max_seq_len: int | None,
         overrides: dict[str, Any],
-    ) -> bytes:
+    ) -> list[bytes | memoryview]:
         # Runs in a worker thread: hooks, gathering and encoding never touch the loop.
         candidates = builder.candidates()
         samples = builder.samples(
@@ -345,17 +349,19 @@ class SessionAPI:
             "max_seq_len": max_seq_len,
             "dropped_leaves": [leaf for leaf in candidates if leaf not in kept],
         }
-        return encode_samples(samples, info=info)
+        return encode_parts(samples, info=info)
 
     @staticmethod
-    async def _payload(request: web.Request, payload: bytes) -> web.StreamResponse:
-        # Streamed in slices so a multi-MB payload never sits in one loop-blocking write.
+    async def _payload(request: web.Request, parts: list[bytes | memoryview]) -> web.StreamResponse:
+        # The buffers go to the socket as they are (no joined copy), in slices so a
+        # multi-MB payload never sits in one loop-blocking write.
         resp = web.StreamResponse(headers={"Content-Type": "application/octet-stream"})
-        resp.content_length = len(payload)
+        resp.content_length = sum(memoryview(p).nbytes for p in parts)
         await resp.prepare(request)
-        view = memoryview(payload)
-        for i in range(0, len(payload), _CHUNK):
-            await resp.write(view[i : i + _CHUNK])
+        for part in parts:
+            view = memoryview(part).cast("B")
+            for i in range(0, view.nbytes, _CHUNK):
+                await resp.write(view[i : i + _CHUNK])
         await resp.write_eof()
         return resp
 
