@@ -34,6 +34,7 @@ __all__ = ["SampleBuilder", "assemble"]
 log = logging.getLogger("tracewire.samples")
 
 _LOOP_BACKLOG = 1024  # most new nodes a commit watcher processes on the event loop
+_LOOP_BACKLOG_TOKENS = 1 << 18  # most new tokens it processes there
 
 
 @dataclass(slots=True, frozen=True)
@@ -80,6 +81,8 @@ class SampleBuilder:
         self._turns: dict[int, _Turn] = {}
         self._failed: dict[int, int] = {}  # prompt node -> failed calls made from it
         self._ncalls = 0
+        self._lp0: NDArray[np.float32] = np.zeros(0, dtype=np.float32)
+        self._lp_n = 0
         self._unwatch: Callable[[], None] | None = None
 
     # -- streaming side ------------------------------------------------------------------
@@ -97,12 +100,14 @@ class SampleBuilder:
         # the bookkeeping is counter-based, so whoever takes the lock next catches up. A
         # large backlog (a builder attached late to a long trace) is left to the collect,
         # which runs in a worker thread.
-        if len(self.trace.nodes) - len(self._cum) > _LOOP_BACKLOG:
+        if (
+            len(self.trace.nodes) - len(self._cum) > _LOOP_BACKLOG
+            or len(self.trace.tokens) - self._lp_n > _LOOP_BACKLOG_TOKENS
+        ):
             return
         if self._lock.acquire(blocking=False):
             try:
-                self._add_nodes()
-                self._add_calls()
+                self._catch_up()
             finally:
                 self._lock.release()
 
@@ -115,8 +120,30 @@ class SampleBuilder:
     def update(self) -> None:
         """Process nodes and calls appended since the last update (O(new))."""
         with self._lock:
-            self._add_nodes()
-            self._add_calls()
+            self._catch_up()
+
+    def _catch_up(self) -> None:
+        self._add_nodes()
+        self._add_calls()
+        self._add_logprobs()
+
+    def _add_logprobs(self) -> None:
+        # The trainer's logprob column, kept as tokens arrive: the sampled logprob where the
+        # mask is 1, 0 elsewhere (the trace keeps NaN there). Samples then slice it like the
+        # ids and mask, so a collect copies nothing.
+        cols = self.trace.tokens
+        n, done = len(cols), self._lp_n
+        if n <= done:
+            return
+        if n > self._lp0.shape[0]:
+            grown = np.empty(max(n, 2 * self._lp0.shape[0], 1024), dtype=np.float32)
+            grown[:done] = self._lp0[:done]
+            # Views handed out earlier keep the old buffer, whose rows never change.
+            self._lp0 = grown
+        dst = self._lp0[done:n]
+        dst[:] = 0.0
+        np.copyto(dst, cols.logprobs[done:n], where=cols.mask[done:n] != 0)
+        self._lp_n = n
 
     def _add_nodes(self) -> None:
         nodes = self.trace.nodes
@@ -194,15 +221,13 @@ class SampleBuilder:
     def candidates(self) -> list[int]:
         """Leaves whose branch holds at least one model turn, in creation order."""
         with self._lock:
-            self._add_nodes()
-            self._add_calls()
+            self._catch_up()
             return [leaf for leaf in self._leaves if self._last_turn[leaf] != -1]
 
     def summary(self) -> dict[str, Any]:
         """Counts for a session summary: turns, failed calls, tokens, nodes, branches."""
         with self._lock:
-            self._add_nodes()
-            self._add_calls()
+            self._catch_up()
             branches = sum(1 for leaf in self._leaves if self._last_turn[leaf] != -1)
             return {
                 "turns": len(self._turns),
@@ -365,6 +390,7 @@ class SampleBuilder:
         self, node: int, length: int, plan: _Plan
     ) -> tuple[NDArray[np.int32], NDArray[np.uint8], NDArray[np.float32] | None]:
         with self._lock:
+            lp0 = self._lp0[: self._lp_n]
             runs: list[tuple[int, int]] = []
             m = node
             while m != -1:
@@ -393,11 +419,7 @@ class SampleBuilder:
             nan = bool(np.isnan(lp_c[s0 : cut[-1][1]]).any())
         lp: NDArray[np.float32] | None = None
         if not nan:
-            raw = _take(lp_c, cut)
-            lp = np.zeros(raw.shape[0], dtype=np.float32)
-            # Logprob 0 wherever the token was not sampled (prompt, tool results, users).
-            np.copyto(lp, raw, where=mask.view(np.bool_))
-            lp.flags.writeable = False
+            lp = _take(lp0, cut)
         return ids, mask, lp
 
 
