@@ -51,6 +51,10 @@ async def test_bundled_env_end_to_end(
         assert trace.calls, "the harness reached the model through the proxy"
         tools = env.harness.schemas if name == "tools" else None  # type: ignore[attr-defined]
         assert check_token_exact(trace, template, tools) == len(trace.calls)
+        if name == "command":
+            info = trace.info["command"]
+            assert info["exit_code"] == 0 and info["argv"][-1].endswith("command_agent.py")
+            assert info["stdout"].strip() == trace.info["reply"]
     # R rollouts of a task share one group id; different tasks do not.
     assert all(len(ids) == 1 for ids in groups.values())
     assert len({next(iter(ids)) for ids in groups.values()}) == n
@@ -71,12 +75,3 @@ async def test_guess_is_multi_turn_with_feedback(tmp_path: Path, model: ServerTh
         assert trace.metrics["guesses"] == guesses
         multi += guesses > 1
     assert multi, "at least one game took several turns"
-
-
-async def test_command_records_exit_code_and_output(tmp_path: Path, model: ServerThread) -> None:
-    await run_eval("command", base_url=model.base_url, n=1, r=1, out=tmp_path / "c")
-    (ep,) = open_run(tmp_path / "c").episodes()
-    info = ep.traces[0].info["command"]
-    assert info["exit_code"] == 0
-    assert info["stdout"].strip() == ep.traces[0].info["reply"]
-    assert "command_agent.py" in info["argv"][-1]
