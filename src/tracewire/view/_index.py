@@ -107,6 +107,7 @@ class IndexTable:
             k: np.empty(0, dtype=np.int32) for k in TEXT
         }
         self._orders: LRU[tuple[Any, ...], NDArray[np.int64]] = LRU(16)
+        self._sorted: dict[str, NDArray[np.int64]] = {}
 
     # -- SQLite --------------------------------------------------------------------------
     def _conn(self) -> sqlite3.Connection | None:
@@ -163,6 +164,7 @@ class IndexTable:
                 self._append(self._all(f"SELECT {cols} FROM episodes ORDER BY seq"))
             self.version += 1
             self._orders.clear()
+            self._sorted.clear()
 
     def _append(self, rows: list[tuple[Any, ...]]) -> None:
         if not rows:
@@ -218,12 +220,17 @@ class IndexTable:
         if order is not None:
             return order
         mask = self._mask(q)
-        rows = np.arange(self._n) if mask is None else np.flatnonzero(mask)
-        if q.sort != "arrival":
-            k = self._key(q.sort)[rows]
-            # Ties keep arrival order; missing values (NaN) go last.
-            rows = rows[np.lexsort((self._seq[rows], np.isnan(k) if k.dtype.kind == "f" else
-                                    np.zeros(len(k), dtype=bool), k))]
+        if q.sort == "arrival":
+            rows = np.arange(self._n) if mask is None else np.flatnonzero(mask)
+        else:
+            # One stable sort per column and data version, shared by every filter: a filter
+            # then only selects from it (O(rows)), it never sorts again.
+            full = self._sorted.get(q.sort)
+            if full is None:
+                # Positions are in arrival order, so stability keeps arrival order among
+                # ties; numpy sorts NaN (missing values) last.
+                full = self._sorted[q.sort] = np.argsort(self._key(q.sort), kind="stable")
+            rows = full if mask is None else full[mask[full]]
         if q.order == "desc":
             rows = rows[::-1]
         self._orders.put(key, rows)
