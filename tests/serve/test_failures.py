@@ -11,7 +11,6 @@ import pytest
 
 from tracewire import BusyError, RunTimeout, ServeError, WorkerDiedError
 from tracewire.serve import DEFAULT_TIMEOUT, ServerConfig
-from tracewire.trace import Episode
 
 from .conftest import client_of, serving, until
 
@@ -132,14 +131,15 @@ async def test_scales_up_under_load_and_down_when_idle() -> None:
             client_of(srv) as client:
         assert srv.config.slots_per_worker == 1
         firsts = [asyncio.Event(), asyncio.Event()]
-        task = {"turns": 30, "tokens": 5, "delay": 0.05}
+        task = {"turns": 30, "tokens": 5, "delay": 0.05}  # 1.5 s each
 
         def cb(ev: asyncio.Event) -> object:
             return lambda d, e: ev.set()
 
         runs = [asyncio.create_task(client.run(task, on_delta=cb(ev))) for ev in firsts]
-        await until(lambda: srv.workers.count("ready") == 2, "a second worker under load")
+        await until(lambda: srv.workers.starts == 2, "a second worker under load")
         results = await asyncio.gather(*runs)
-        assert all(isinstance(r.episode, Episode) for r in results)
-        await until(lambda: len(srv.workers.all) == 1, "the idle worker to be retired")
-        assert srv.workers.deaths == 0
+        assert all(len(r.episode.traces[0].nodes) == 60 for r in results)
+        await until(lambda: srv.workers.count("ready") == 1 and len(srv.workers.all) == 1,
+                    "the idle worker to be retired")
+        assert srv.workers.deaths == 0 and srv.workers.starts == 2
