@@ -25,10 +25,13 @@ Postprocess = Callable[[Trace, list[Sample]], Sequence[Sample]]
 def default_picker(trace: Trace, leaves: list[int]) -> list[int]:
     """Drop retried attempts: a leaf is superseded when its parent got a later child (the
     harness asked again from the same point). Dropped leaves are listed in the payload."""
+    if not leaves:
+        return []
     nodes = trace.nodes
-    # Latest child index per parent; node indices grow with creation time.
+    # Latest child per parent among nodes created after the earliest leaf (node indices
+    # grow with creation time; a linear conversation scans nothing).
     latest: dict[int, int] = {}
-    for i in range(len(nodes)):
+    for i in range(min(leaves) + 1, len(nodes)):
         p = nodes[i].parent
         if p is not None:
             latest[p] = i
@@ -43,21 +46,30 @@ def default_picker(trace: Trace, leaves: list[int]) -> list[int]:
 def default_postprocess(trace: Trace, samples: list[Sample]) -> list[Sample]:
     """Make each shared model turn trainable only in the earliest sample holding it: later
     samples get mask 0 over the part of that completion the earlier ones already cover."""
+    if len(samples) < 2:
+        return samples
     covered: dict[int, int] = {}  # completion node -> tokens of it already trainable
     for s in samples:
+        spans = s.spans
         mask = s.loss_mask
         copied = False
-        for node, start, end in s.spans:
-            have = covered.get(node, 0)
-            if have:
-                stop = min(end, start + have)
-                if stop > start:
-                    if not copied:
-                        # Sample arrays may be views of the trace's columns: copy first.
-                        mask = np.array(mask, dtype=np.uint8)
-                        copied = True
-                    mask[start:stop] = 0
-            covered[node] = max(have, end - start)
+        # Turns shared with earlier samples lie on a common root path: always a prefix.
+        k = 0
+        while k < len(spans) and spans[k][0] in covered:
+            node, start, end = spans[k]
+            have = covered[node]
+            stop = min(end, start + have)
+            if stop > start:
+                if not copied:
+                    # Sample arrays may be views of the trace's columns: copy first.
+                    mask = np.array(mask, dtype=np.uint8)
+                    copied = True
+                mask[start:stop] = 0
+            if end - start > have:
+                covered[node] = end - start
+            k += 1
+        for node, start, end in spans[k:]:
+            covered[node] = end - start
         if copied:
             mask.flags.writeable = False
             s.loss_mask = mask
