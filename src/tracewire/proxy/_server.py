@@ -83,7 +83,7 @@ class Proxy:
         """Bind and serve; adds the session API routes when ``session_api`` is true."""
         if self.session_api:
             try:
-                from ..samples import add_session_routes  # type: ignore[attr-defined]
+                from ..samples import add_session_routes
             except ImportError:
                 pass  # the samples part is not installed in this build
             else:
