@@ -4,6 +4,7 @@ logprobs the model returned."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator
 from typing import Any
@@ -15,7 +16,7 @@ import pytest
 from tracewire import SessionError
 from tracewire.model import MODEL_NAME, ModelServer
 from tracewire.proxy import Proxy
-from tracewire.samples import SessionClient
+from tracewire.samples import SessionClient, add_session_routes, payload_meta
 
 CALCULATOR = {
     "type": "function",
@@ -112,3 +113,46 @@ async def test_openai_tool_loop_then_collect(proxy: Proxy) -> None:
     # The collect also deleted the session.
     with pytest.raises(SessionError, match="deleted"):
         proxy.registry.get(info.session_id)
+
+
+async def test_concurrent_generations_become_branches_never_silently_dropped(
+    proxy: Proxy,
+) -> None:
+    async with SessionClient(proxy.url, timeout=120) as client:
+        info = await client.create()
+        oai = openai.AsyncOpenAI(base_url=info.base_url, api_key=info.api_key, max_retries=0)
+        messages = [
+            {"role": "system", "content": SYSTEM},
+            {"role": "user", "content": "Use the calculator to compute 2 + 2."},
+        ]
+
+        async def ask(seed: int) -> Any:
+            return await oai.chat.completions.create(
+                model=MODEL_NAME,
+                messages=messages,  # type: ignore[arg-type]
+                seed=seed,
+                max_tokens=16,
+                logprobs=True,
+            )
+
+        await asyncio.gather(ask(1), ask(2))
+        await oai.close()
+        trace = proxy.registry.get(info.session_id).trace
+        completions = [c.node for c in trace.calls if c.node is not None]
+        assert len(completions) == 2
+        # Both paid generations are in the trace, as sibling leaves.
+        assert sorted(trace.leaves()) == sorted(completions)
+        data = await client.payload(info.session_id)
+        meta = payload_meta(data)
+        # The default picker keeps the later one and names the other in the payload.
+        assert [s["leaf"] for s in meta["samples"]] == [max(completions)]
+        assert meta["info"]["dropped_leaves"] == [min(completions)]
+        # A picker that keeps everything gets both.
+        api = add_session_routes(proxy.app, proxy)
+        api.picker = None
+        both = await client.collect(info.session_id, metadata={"all": True})
+        assert [s.leaf for s in both] == sorted(completions)
+        assert both[0].prompt_len == both[1].prompt_len
+        assert np.array_equal(
+            both[0].tokens[: both[0].prompt_len], both[1].tokens[: both[1].prompt_len]
+        )
