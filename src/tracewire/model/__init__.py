@@ -2,7 +2,7 @@
 
 It is the embedded default for tests and demos when no GPU server is given: a real
 byte-level tokenizer, a documented chat template with tool calls, honest log-probabilities
-and vLLM's token-id fields. It is not a useful assistant. See ``docs/model.md``.
+and vLLM's token-id fields. It is not a useful assistant. See ``src/tracewire/model/README.md``.
 """
 
 from ._engine import Engine, SamplingParams, get_engine

@@ -9,6 +9,7 @@ token has a finite log-probability.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
@@ -25,6 +26,7 @@ ORDERS: tuple[int, ...] = (1, 2, 3, 4, 5, 6, 8, 12, 16, 24, 32)
 _BASE = 0x9E3779B97F4A7C15
 _MASK = (1 << 64) - 1
 _F64 = npt.NDArray[np.float64]
+_CACHE_ENTRIES = 4096  # x vocab x 8 bytes (about 20 MB at most)
 
 
 @dataclass
@@ -51,6 +53,8 @@ class NgramModel:
         uni = np.bincount(s, minlength=vocab_size).astype(np.float64)
         self.base: _F64 = (1.0 - floor) * uni / uni.sum() + floor / vocab_size
         self.tables: dict[int, _Table] = {}
+        self._cache: dict[tuple[int, ...], _F64] = {}
+        self._lock = threading.Lock()
         n = s.size
         h = np.zeros(n, dtype=np.uint64)
         s1 = (s + 1).astype(np.uint64)
@@ -79,7 +83,23 @@ class NgramModel:
         return _Table(pk[key_at].copy(), start, totals, px.astype(np.int64), counts)
 
     def probs(self, context: Sequence[int]) -> _F64:
-        """Next-token distribution after ``context`` (only its last 32 ids matter)."""
+        """Next-token distribution after ``context`` (only its last 32 ids matter); read-only.
+
+        Results are cached by context: RL asks for many samples of the same prompt.
+        """
+        key_ctx = tuple(int(t) for t in context[-self.max_order :])
+        hit = self._cache.get(key_ctx)
+        if hit is not None:
+            return hit
+        p = self._compute(key_ctx)
+        p.flags.writeable = False
+        with self._lock:  # servers on several threads may share this model
+            if len(self._cache) >= _CACHE_ENTRIES:
+                self._cache.pop(next(iter(self._cache)))  # drop the oldest entry
+            self._cache[key_ctx] = p
+        return p
+
+    def _compute(self, context: Sequence[int]) -> _F64:
         p = self.base.copy()
         h = 0
         power = 1
