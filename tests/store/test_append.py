@@ -9,7 +9,7 @@ import pytest
 
 from tracewire import StoreError
 from tracewire.codec import encode_frames, record_bytes
-from tracewire.store import Run, open_run
+from tracewire.store import RecordRef, Run, open_run
 from tracewire.store._encode import episode_parts
 
 from .helpers import build, check
@@ -136,3 +136,13 @@ async def test_second_writer_and_closed_run_are_refused(tmp_path: Path) -> None:
 def test_open_missing_run_is_store_error(tmp_path: Path) -> None:
     with pytest.raises(StoreError):
         open_run(tmp_path / "nothing")
+
+
+def test_row_from_live_episode_equals_row_from_its_header() -> None:
+    from tracewire.store._schema import row_from_episode, row_from_header
+
+    ep = build(3, turns=5, n=7)
+    ep.add_error("x")
+    ep.traces[0].add_error("y")
+    ref = RecordRef(1, 2, 3, 4)
+    assert row_from_episode(ep, ref, 5.0) == row_from_header(episode_parts(ep)[2], ref, 5.0)

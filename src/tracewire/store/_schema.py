@@ -205,6 +205,12 @@ def _usage(u: dict[str, int], *keys: str) -> int:
     return 0
 
 
+def row_from_episode(ep: Any, ref: RecordRef, written: float) -> IndexRow:
+    """Index row of a live :class:`~tracewire.Episode` (plain Python: preemptible, unlike
+    one long C call, so the writer thread never holds the GIL for long)."""
+    return _row(ep, ref, written, n_tokens=lambda t: len(t.tokens))
+
+
 def row_from_header(
     header: bytes | bytearray | memoryview, ref: RecordRef, written: float
 ) -> IndexRow:
@@ -213,6 +219,15 @@ def row_from_header(
         e = _light.decode(header)
     except msgspec.DecodeError as exc:  # includes ValidationError
         raise DecodeError(f"not an episode header: {exc}") from exc
+    return _row(e, ref, written, n_tokens=_header_tokens)
+
+
+def _header_tokens(t: Any) -> int:
+    ids = t.columns.get("ids")
+    return int(ids[2][0]) if ids and len(ids) == 3 and ids[2] else 0
+
+
+def _row(e: Any, ref: RecordRef, written: float, n_tokens: Any) -> IndexRow:
     spans = list(e.timing.values())
     turns = inp = out = n_tok = errors = 0
     for t in e.traces:
@@ -224,9 +239,7 @@ def row_from_header(
                 spans.append(c.span)
             inp += _usage(c.usage, "prompt_tokens", "input_tokens")
             out += _usage(c.usage, "completion_tokens", "output_tokens")
-        ids = t.columns.get("ids")
-        if ids and len(ids) == 3 and ids[2]:
-            n_tok += int(ids[2][0])
+        n_tok += n_tokens(t)
     starts = [s.start for s in spans]
     ends = [s.end for s in spans if s.end is not None]
     started = min(starts) if starts else None

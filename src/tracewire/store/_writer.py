@@ -13,6 +13,7 @@ import logging
 import os
 import queue
 import sqlite3
+import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -24,7 +25,14 @@ from ..codec import EpisodeDelta, encode_record, frames_to_record
 from ..trace import Episode
 from ._encode import episode_parts
 from ._layout import Layout, fsync_dir, store_error
-from ._schema import IndexRow, RecordRef, insert_sql, record_parts_info, row_from_header
+from ._schema import (
+    IndexRow,
+    RecordRef,
+    insert_sql,
+    record_parts_info,
+    row_from_episode,
+    row_from_header,
+)
 from ._segments import write_parts
 
 __all__ = ["AppendItem", "FlushItem", "JournalItem", "Writer"]
@@ -96,6 +104,10 @@ class Writer(threading.Thread):
 
     # -- thread main ------------------------------------------------------------------------
     def run(self) -> None:
+        # A thread that wants the GIL waits up to the switch interval (5 ms by default)
+        # for this one to let go; 1 ms keeps the event loop within its budget.
+        if sys.getswitchinterval() > 0.001:
+            sys.setswitchinterval(0.001)
         try:
             self._conn = self._conn_factory()
             self._open_last_segment()
@@ -177,8 +189,10 @@ class Writer(threading.Thread):
                 parts = frames_to_record(item.frames)
             prefix = memoryview(parts[0])
             total, _hoff, _hlen, hcrc = record_parts_info(prefix)
-            header = parts[2]  # prefix, buffer table, header, buffers...
-            row = row_from_header(header, RecordRef(0, 0, 0, 0), 0.0)
+            if item.episode is not None:
+                row = row_from_episode(item.episode, RecordRef(0, 0, 0, 0), 0.0)
+            else:  # parts: prefix, buffer table, header, buffers...
+                row = row_from_header(parts[2], RecordRef(0, 0, 0, 0), 0.0)
             if self._size and self._size + total > self.segment_bytes:
                 self._roll()
             start = self._size

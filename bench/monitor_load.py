@@ -1,0 +1,107 @@
+"""Sustained load: 1,000 episodes totalling >= 4 GB of token data appended as they arrive,
+while the loop lag probe (1 ms) runs and RSS is sampled (psutil). The run dir is deleted.
+
+Episodes share their (read-only) column arrays, so generating them costs nothing; every
+episode is still encoded, CRC-checked, written and indexed on its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import psutil
+
+from tracewire import Call, Columns, Episode, Message, Span, Trace
+from tracewire.store import LoopLagProbe, Run
+
+EPISODES = 1000
+TOKENS = 450_000  # x 9 bytes (ids, mask, logprobs) = 4.05 MB per episode
+TURNS = 40
+
+
+def template() -> tuple[dict[str, np.ndarray], list[tuple[int, int]]]:
+    rng = np.random.default_rng(0)
+    arrays = {
+        "ids": rng.integers(0, 32_000, TOKENS, dtype=np.int32),
+        "mask": (np.arange(TOKENS) % 2).astype(np.uint8),
+        "logprobs": rng.random(TOKENS, dtype=np.float32) * -3,
+    }
+    step = TOKENS // (2 * TURNS)
+    return arrays, [(k * step, (k + 1) * step) for k in range(2 * TURNS)]
+
+
+def make(i: int, arrays: dict[str, np.ndarray], slices: list[tuple[int, int]]) -> Episode:
+    t = Trace(tokens=Columns.from_arrays(arrays))
+    for k, (a, b) in enumerate(slices):
+        t.nodes.append(t.nodes[0].__class__(parent=k - 1 if k else None, message=Message(
+            role="assistant" if k % 2 else "user", content=f"m{k}"), sampled=bool(k % 2),
+            start=a, end=b))
+        if k % 2:
+            t.calls.append(Call(model="m", finish_reason="stop", node=k, prompt_node=k - 1,
+                                usage={"prompt_tokens": b - a, "completion_tokens": b - a},
+                                span=Span(start=1.0, end=2.0)))
+    t.set_reward("r", float(i % 2))
+    return Episode(env="bench", task_key=f"t{i}", traces=[t])
+
+
+async def main() -> None:
+    arrays, slices = template()
+    tmp = Path(tempfile.mkdtemp(prefix="tw-load-"))
+    proc = psutil.Process()
+    rss: list[tuple[int, float]] = []
+    done = [0]
+    stop = threading.Event()
+
+    def sample() -> None:
+        while not stop.wait(0.05):
+            rss.append((done[0], proc.memory_info().rss / 1e6))
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    written = 0
+    try:
+        run = await Run.create(tmp / "load", fsync="interval")
+        inflight = asyncio.Semaphore(16)
+
+        async def one(i: int) -> None:
+            nonlocal written
+            async with inflight:
+                ref = await run.append(make(i, arrays, slices))
+                written += ref.length
+                done[0] += 1
+
+        async with LoopLagProbe(0.001) as probe:
+            t0 = time.perf_counter()
+            await asyncio.gather(*(one(i) for i in range(EPISODES)))
+            wall = time.perf_counter() - t0
+        await run.close()
+    finally:
+        stop.set()
+        sampler.join()
+        shutil.rmtree(tmp, ignore_errors=True)
+    warm = [m for n, m in rss if n >= EPISODES // 10]
+    growth = (max(warm) - warm[0]) if warm else 0.0
+
+    def emit(metric: str, unit: str, ours: float, better: str = "lower") -> None:
+        print(json.dumps({"bench": "monitor_load", "case": "1000_episodes", "metric": metric,
+                          "unit": unit, "ours": round(ours, 3), "baseline": None, "ratio": None,
+                          "better": better, "runs": 1}), flush=True)
+
+    emit("lag_p99_ms", "ms", probe.p99_ms)
+    emit("lag_max_ms", "ms", probe.max_ms)
+    emit("rss_growth_mb", "MB", growth)
+    emit("gb_written", "GB", written / 1e9, "higher")
+    emit("gb_per_s", "GB/s", written / 1e9 / wall, "higher")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
+    sys.exit(0)
