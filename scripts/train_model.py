@@ -111,6 +111,7 @@ def train() -> None:
     DATA.mkdir(parents=True, exist_ok=True)
     for name, rows in data.items():
         write_jsonl(DATA / f"{name}.jsonl", rows)
+    (DATA / "tool_schemas.json").write_text(json.dumps(md.TOOLS, indent=2) + "\n")
     convs = transcripts(rng, data)
     tok = Tokenizer(build_vocab(convs))
     tpl = ChatTemplate(tok)
