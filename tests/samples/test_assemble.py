@@ -240,16 +240,14 @@ def test_tree_shared_spans() -> None:
     assert b.tokens.tolist() == [1, 2, 3, 6, 7, 8, 9]
     assert b.loss_mask.tolist() == [0, 0, 0, 0, 0, 1, 1]
     assert b.logprobs is not None and b.logprobs.tolist() == [0, -1, -1, 0, 0, -3, -4]
-    # Earliest sample was truncated inside the shared turn: the later one trains the rest.
-    a, b = assemble(t, max_seq_len=2)[0], assemble(t)[1]
-    del b
+    # Truncation applies per branch before the shared turn is handed out.
     a2, b2 = assemble(t, max_seq_len=7)
     assert a2.loss_mask.tolist() == [0, 1, 1, 0, 1]
     assert b2.loss_mask.tolist() == [0, 0, 0, 0, 0, 1, 1]
-    a3 = assemble(t, max_seq_len=2)
-    assert [x.tokens.tolist() for x in a3] == [[1, 2], [1, 2]]
-    assert [x.loss_mask.tolist() for x in a3] == [[0, 1], [0, 0]]
-    assert a.status == "truncated"
+    a3, b3 = assemble(t, max_seq_len=2)
+    assert (a3.status, b3.status) == ("truncated", "truncated")
+    assert [a3.tokens.tolist(), b3.tokens.tolist()] == [[1, 2], [1, 2]]
+    assert [a3.loss_mask.tolist(), b3.loss_mask.tolist()] == [[0, 1], [0, 0]]
 
 
 def test_shared_turn_cut_in_first_sample_is_trained_in_second() -> None:

@@ -6,7 +6,8 @@ sequence; the response region is ``[prompt_len:]`` (details: ``tracewire.samples
 payload: ``tracewire.samples._codec``, HTTP: ``tracewire.samples._routes``).
 """
 
-from ._builder import SampleBuilder, assemble
+from ._assemble import assemble
+from ._builder import SampleBuilder
 from ._client import SessionClient, SessionInfo, SyncSessionClient, to_torch
 from ._codec import decode_samples, encode_samples, payload_meta
 from ._hooks import Picker, Postprocess, default_picker, default_postprocess

@@ -24,12 +24,18 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from .._errors import HookError
 from ..trace import Trace
-from ._hooks import Picker, Postprocess, default_picker, default_postprocess
+from ._hooks import (
+    Picker,
+    Postprocess,
+    default_picker,
+    default_postprocess,
+    run_picker,
+    run_postprocess,
+)
 from ._sample import ABORTED, COMPLETED, TRUNCATED, Sample, status_of
 
-__all__ = ["SampleBuilder", "assemble"]
+__all__ = ["SampleBuilder"]
 
 log = logging.getLogger("tracewire.samples")
 
@@ -55,10 +61,6 @@ class _Plan:
     leaf: int
     turns: list[tuple[_Turn, int]]  # (turn, kept end position)
     status: str
-
-
-def _hook_name(hook: object) -> str:
-    return str(getattr(hook, "__qualname__", None) or getattr(hook, "__name__", None) or hook)
 
 
 class SampleBuilder:
@@ -275,18 +277,7 @@ class SampleBuilder:
 
         kept = candidates
         if picker is not None:
-            try:
-                picked = list(picker(trace, list(candidates)))
-            except Exception as exc:
-                raise HookError(f"hook picker {_hook_name(picker)} raised {exc!r}") from exc
-            allowed = set(candidates)
-            bad = [x for x in picked if x not in allowed]
-            if bad:
-                raise HookError(
-                    f"hook picker {_hook_name(picker)} returned {bad[:5]}, not among leaves "
-                    f"{candidates[:20]}"
-                )
-            kept = sorted(set(picked))
+            kept = run_picker(picker, trace, candidates)
         if not kept:
             return [Sample.empty("none_picked", metadata=meta({"turns": 0}), **common)]
 
@@ -326,18 +317,9 @@ class SampleBuilder:
                 )
             )
         if postprocess is not None:
-            try:
-                result = postprocess(trace, out)
-                checked = list(result)
-            except Exception as exc:
-                raise HookError(
-                    f"hook postprocess {_hook_name(postprocess)} raised {exc!r}"
-                ) from exc
-            if not all(isinstance(s, Sample) for s in checked):
-                raise HookError(f"hook postprocess {_hook_name(postprocess)} returned non-Samples")
-            if not checked:
+            out = run_postprocess(postprocess, trace, out)
+            if not out:
                 return [Sample.empty("none_picked", metadata=meta({"turns": 0}), **common)]
-            out = checked
         return out
 
     def _plan(self, leaf: int, max_len: int | None) -> tuple[_Plan | None, str]:
@@ -433,31 +415,3 @@ def _take(col: NDArray[Any], cut: Sequence[tuple[int, int]]) -> NDArray[Any]:
         out = np.concatenate([col[s:e] for s, e in cut])
     out.flags.writeable = False
     return out
-
-
-def assemble(
-    trace: Trace,
-    *,
-    max_seq_len: int | None = None,
-    picker: Picker | None = default_picker,
-    postprocess: Postprocess | None = default_postprocess,
-    metadata: Mapping[str, Any] | None = None,
-    computed: Mapping[str, Any] | None = None,
-    overrides: Mapping[str, Any] | None = None,
-    group_id: str | None = None,
-    group_index: int = 0,
-) -> list[Sample]:
-    """Training samples of ``trace``: one per leaf the picker keeps, each its branch's model
-    turns truncated to ``max_seq_len`` then merged. Metadata precedence: ``metadata``
-    (request) < ``computed`` and per-sample server values < ``overrides`` (collect call).
-    With nothing to train on, one aborted sample carrying ``empty_reason``."""
-    return SampleBuilder(trace).samples(
-        max_seq_len=max_seq_len,
-        picker=picker,
-        postprocess=postprocess,
-        metadata=metadata,
-        computed=computed,
-        overrides=overrides,
-        group_id=group_id,
-        group_index=group_index,
-    )

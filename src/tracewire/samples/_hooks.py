@@ -10,10 +10,18 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from .._errors import HookError
 from ..trace import Trace
 from ._sample import Sample
 
-__all__ = ["Picker", "Postprocess", "default_picker", "default_postprocess"]
+__all__ = [
+    "Picker",
+    "Postprocess",
+    "default_picker",
+    "default_postprocess",
+    "run_picker",
+    "run_postprocess",
+]
 
 #: ``picker(trace, leaves) -> leaves to keep``; ``leaves`` are the leaf node indices whose
 #: branch holds at least one model turn, in creation order.
@@ -74,3 +82,35 @@ def default_postprocess(trace: Trace, samples: list[Sample]) -> list[Sample]:
             mask.flags.writeable = False
             s.loss_mask = mask
     return samples
+
+
+def _hook_name(hook: object) -> str:
+    return str(getattr(hook, "__qualname__", None) or getattr(hook, "__name__", None) or hook)
+
+
+def run_picker(picker: Picker, trace: Trace, candidates: list[int]) -> list[int]:
+    """Call ``picker``; its errors and answers outside ``candidates`` become HookError."""
+    try:
+        picked = list(picker(trace, list(candidates)))
+    except Exception as exc:
+        raise HookError(f"hook picker {_hook_name(picker)} raised {exc!r}") from exc
+    allowed = set(candidates)
+    bad = [x for x in picked if x not in allowed]
+    if bad:
+        raise HookError(
+            f"hook picker {_hook_name(picker)} returned {bad[:5]}, not among leaves "
+            f"{candidates[:20]}"
+        )
+    return sorted(set(picked))
+
+
+def run_postprocess(postprocess: Postprocess, trace: Trace, samples: list[Sample]) -> list[Sample]:
+    """Call ``postprocess``; its errors and non-Sample answers become HookError."""
+    name = _hook_name(postprocess)
+    try:
+        out = list(postprocess(trace, samples))
+    except Exception as exc:
+        raise HookError(f"hook postprocess {name} raised {exc!r}") from exc
+    if not all(isinstance(s, Sample) for s in out):
+        raise HookError(f"hook postprocess {name} returned non-Samples")
+    return out
