@@ -196,7 +196,7 @@ async def test_hanging_subprocess_is_killed(proxy: Proxy, tmp_path: Path) -> Non
     for _ in range(50):
         try:
             os.kill(child, 0)
-            state = Path(f"/proc/{child}/stat").read_text().split()[2]
+            state = Path(f"/proc/{child}/stat").read_text().split()[2]  # noqa: ASYNC240
             if state == "Z":
                 break
         except (ProcessLookupError, FileNotFoundError):

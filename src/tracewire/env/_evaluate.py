@@ -34,7 +34,8 @@ __all__ = ["EvalResult", "default_run_dir", "evaluate", "run_eval"]
 
 @dataclass
 class EvalResult:
-    """What :func:`run_eval` returns: the closed run, its summary and how it ended."""
+    """What :func:`run_eval` returns: the run (open for reading), its summary and how it
+    ended."""
 
     run: Run
     summary: Summary
@@ -111,8 +112,8 @@ async def _open_run(out: Path, resume: bool, meta: dict[str, Any]) -> Run:
         raise EnvError(f"--resume: {out} holds no run")
     if not resume and exists:
         raise EnvError(f"{out} already holds a run (use --resume to continue it)")
-    # Run.create recovers and reopens an existing run for appending.
-    return await Run.create(out, meta=meta)
+    # With resume, Run.create recovers the run and appends after its episodes.
+    return await Run.create(out, meta=meta, resume=resume)
 
 
 def _work(
@@ -243,6 +244,10 @@ async def run_eval(
         env=env.name, model=model_name, status=status, run_dir=str(out_path),
         loop_lag_p99_ms=lag, skipped=skipped[0],
     )
+    # Hand back the run opened for reading (the writer is closed).
+    from ..store import open_run
+
+    run = await asyncio.to_thread(open_run, out_path)
     reason = None
     if tally.n and tally.calls_ok == 0 and tally.first_error is not None:
         reason = f"no rollout got a model answer (first error: {tally.first_error})"

@@ -64,8 +64,8 @@ def _num(x: float | None, digits: int = 3) -> str:
 def render_summary(console: Console, s: Summary) -> None:
     """Print the end-of-run table."""
     t = Table(title=f"tracewire eval · {s.env} · {s.model}", show_header=False, box=None)
-    t.add_column(style="bold")
-    t.add_column()
+    t.add_column(style="bold", no_wrap=True)
+    t.add_column(overflow="fold")
     status = s.status if s.status == "complete" else f"[yellow]{s.status}[/yellow]"
     t.add_row("status", status)
     extra = f" ({s.skipped} already done)" if s.skipped else ""
@@ -86,8 +86,9 @@ def render_summary(console: Console, s: Summary) -> None:
     t.add_row("errors", ", ".join(f"{k} {v}" for k, v in s.errors.items()) or "none")
     if s.loop_lag_p99_ms is not None:
         t.add_row("loop lag p99", f"{s.loop_lag_p99_ms:.1f} ms")
-    t.add_row("run", s.run_dir)
     console.print(t)
+    # On its own unwrapped line, so the path can be copied whatever the terminal width.
+    console.print(f"run directory: {s.run_dir}", soft_wrap=True, highlight=False)
 
 
 def summary_lines(s: Summary) -> dict[str, Any]:
