@@ -63,7 +63,7 @@ def _json(obj: Any, status: int = 200) -> web.Response:
 @dataclass(slots=True)
 class _Collected:
     key: bytes
-    version: tuple[int, int, int]
+    version: tuple[int, ...]
     # The payload as buffers: views of the trace's append-only columns plus the few
     # arrays assembly made, so keeping it for repeats costs (almost) no extra memory.
     parts: list[bytes | memoryview]
@@ -306,7 +306,14 @@ class SessionAPI:
         session.touch()
         builder = self.builder(session)
         trace = session.trace
-        version = (len(trace.nodes), len(trace.calls), len(trace.tokens))
+        # Same trace and same hooks → same answer; anything else is assembled afresh.
+        version = (
+            len(trace.nodes),
+            len(trace.calls),
+            len(trace.tokens),
+            id(self.picker),
+            id(self.postprocess),
+        )
         if cached is not None and cached.key == key and cached.version == version:
             return await self._payload(request, cached.parts)
         parts = await asyncio.to_thread(self._collect, session, builder, max_seq_len, overrides)
