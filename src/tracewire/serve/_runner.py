@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from .._errors import EnvError
-from ..trace import Call, Episode, Message, Span
+from ..trace import Call, Episode, Message, Node, Span
 
 __all__ = [
     "ENV_FACTORY",
@@ -47,40 +47,49 @@ def standin_runner(turns: int = 10, tokens: int = 1000, delay: float = 0.0) -> R
     appends a user node (8 prompt tokens) and an assistant node (``tokens`` tokens, mask 1,
     logprobs), one ``Call``, then notifies; the transport is what gets measured.
     """
-    cache: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+    cache: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
 
-    def arrays(k: int) -> tuple[np.ndarray, np.ndarray]:
+    def arrays(k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        # One turn's columns: 8 prompt tokens (mask 0, no logprobs), then k sampled ones.
         if k not in cache:
             rng = np.random.default_rng(k)
-            cache[k] = (rng.integers(0, 150_000, k, dtype=np.int32),
-                        -rng.random(k, dtype=np.float32))
+            ids = np.concatenate([np.arange(8, dtype=np.int32),
+                                  rng.integers(0, 150_000, k, dtype=np.int32)])
+            mask = np.concatenate([np.zeros(8, np.uint8), np.ones(k, np.uint8)])
+            lps = np.concatenate([np.full(8, np.nan, np.float32),
+                                  -rng.random(k, dtype=np.float32)])
+            cache[k] = (ids, mask, lps)
         return cache[k]
 
     async def run(task: dict[str, Any], episode: Episode) -> None:
         n = int(task.get("turns", turns))
         k = int(task.get("tokens", tokens))
         pause = float(task.get("delay", delay))
-        ids, lps = arrays(k)
-        prompt = np.arange(8, dtype=np.int32)
-        episode.timing["agent"] = Span(start=time.time())
+        ids, mask, lps = arrays(k)
+        now = time.time()
+        episode.timing["agent"] = Span(start=now)
         trace = episode.new_trace(agent={"name": "standin"})
+        usage = {"prompt_tokens": 8, "completion_tokens": k}
         parent: int | None = None
         for turn in range(n):
-            user = trace.add_node(Message(role="user", content=f"turn {turn}"), parent=parent,
-                                  ids=prompt)
-            out = trace.add_node(Message(role="assistant", content=f"answer {turn}"),
-                                 parent=user, sampled=True, ids=ids, logprobs=lps)
-            trace.add_call(Call(model="standin", endpoint="chat", finish_reason="stop",
-                                usage={"prompt_tokens": 8, "completion_tokens": k},
-                                node=out, prompt_node=user))
-            parent = out
+            # Both nodes' tokens in one append (the runner owns its append-only trace).
+            start, end = trace.tokens.append(ids, mask, lps)
+            user = len(trace.nodes)
+            trace.nodes.append(Node(parent=parent, message=Message(role="user",
+                               content=f"turn {turn}"), ts=now, start=start, end=start + 8))
+            trace.nodes.append(Node(parent=user, message=Message(role="assistant",
+                               content=f"answer {turn}"), sampled=True, ts=now,
+                               start=start + 8, end=end))
+            parent = user + 1
+            trace.calls.append(Call(model="standin", endpoint="chat", finish_reason="stop",
+                                    usage=usage, node=parent, prompt_node=user))
             trace.notify()
             # Yield so the worker can stream; a real harness waits on the model here.
             await asyncio.sleep(pause)
         trace.stop = "max_turns"
         trace.completed = True
         trace.set_reward("standin", 1.0)
-        episode.timing["agent"] = Span(start=episode.timing["agent"].start, end=time.time())
+        episode.timing["agent"] = Span(start=now, end=time.time())
         trace.notify()
 
     return run

@@ -1,9 +1,9 @@
 """Streams one episode from a worker as deltas while its runner fills it.
 
 Watchers on the episode's traces set a dirty flag; one flush task per episode wakes on it,
-sends everything new as one delta (bursts of turns coalesce into one), then waits at least
-``coalesce_s`` before the next. A slow poll also catches new traces and phase changes that
-nobody notified. Each flush costs O(new data) (see :class:`tracewire.codec.EpisodeSender`).
+waits ``coalesce_s`` so a burst of turns becomes one delta, then sends everything new. A
+slow poll also catches new traces and phase changes that nobody notified. Each flush costs
+O(new data) (see :class:`tracewire.codec.EpisodeSender`).
 """
 
 from __future__ import annotations
@@ -64,14 +64,17 @@ class EpisodeStreamer:
                     await self._dirty.wait()
             if self._done.is_set():
                 return
-            self._dirty.clear()
-            self._watch_new()
-            await self.flush()
             if self._coalesce_s > 0:
-                # Coalesce a burst of turns into the next delta; wake early when done.
+                # Coalesce a burst of turns into one delta; an episode that ends meanwhile
+                # goes out whole in the final reply instead (one message for short ones).
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(self._coalesce_s):
                         await self._done.wait()
+                if self._done.is_set():
+                    return
+            self._dirty.clear()
+            self._watch_new()
+            await self.flush()
 
     async def flush(self, *, final: bool = False) -> EpisodeDelta | None:
         """Send everything new as one delta (always one when ``final``)."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import os
 import sys
@@ -160,6 +161,8 @@ async def _amain(cfg: WorkerConfig) -> int:
             return 3
         try:
             w = _Worker(cfg, sock, runner)
+            # Start-up objects (modules, model) are permanent: keep them out of GC passes.
+            gc.freeze()
             await w.send([b"", encode_envelope("ready", "", {"pid": os.getpid()})])
             hb = asyncio.create_task(w.heartbeat())
             try:

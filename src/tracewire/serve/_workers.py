@@ -180,7 +180,11 @@ class Workers:
                     self.kill(w, f"not ready after {cfg.start_timeout}s")
             ready = [w for w in self.all.values() if w.state == "ready"]
             idle = [w for w in ready if not w.jobs and now - w.idle_since > cfg.idle_s]
-            if idle and not srv.queue and len(ready) > cfg.workers:
+            load = sum(len(w.jobs) for w in ready)
+            assert cfg.slots_per_worker is not None
+            # Retire only if the others would not be saturated (else we would start anew).
+            if (idle and not srv.queue and len(ready) > cfg.workers
+                    and load < 0.9 * cfg.slots_per_worker * (len(ready) - 1)):
                 w = idle[0]
                 w.state = "retiring"
                 srv.to_worker(w, "stop", {})

@@ -1,0 +1,234 @@
+"""Env server transport: tracewire serve vs. a pydantic + msgpack baseline over ZMQ.
+
+Both sides run the same stand-in environment (N turns x 1,000 sampled tokens, no model) in
+a server subprocess; the client (this process) asks over a DEALER socket and assembles the
+streamed deltas. Ours: `tracewire serve standin` (broker + one worker process, delta frames
+with raw column buffers, coalesced). Baseline: one ROUTER server process holding the episode
+as pydantic models with Python lists; after every turn it re-dumps the trace (model_dump of
+the node metadata, which grows with the episode) and sends the new nodes' token lists as
+msgpack; the client validates each delta back into pydantic models.
+
+    python bench/serve.py [--runs 5] [--episodes 400]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import msgpack
+import numpy as np
+import zmq
+import zmq.asyncio
+from pydantic import BaseModel, Field
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _common import emit
+from tracewire.codec import record_bytes
+from tracewire.serve import EnvClient
+
+TOKENS = 1000
+
+
+# -- baseline ----------------------------------------------------------------------------
+class BNode(BaseModel):
+    role: str
+    content: str
+    parent: int | None = None
+    token_ids: list[int] = Field(default_factory=list)
+    mask: list[int] = Field(default_factory=list)
+    logprobs: list[float] = Field(default_factory=list)
+
+
+class BCall(BaseModel):
+    model: str
+    finish_reason: str
+    usage: dict[str, int]
+    node: int
+
+
+class BTrace(BaseModel):
+    id: str
+    nodes: list[BNode] = Field(default_factory=list)
+    calls: list[BCall] = Field(default_factory=list)
+    stop: str | None = None
+    completed: bool = False
+    rewards: dict[str, float] = Field(default_factory=dict)
+
+
+_NODE_META = {"__all__": {"token_ids", "mask", "logprobs"}}
+
+
+async def baseline_server(address: str) -> None:
+    ctx = zmq.asyncio.Context()
+    sock = ctx.socket(zmq.ROUTER)
+    sock.bind(address)
+    print(sock.getsockopt_string(zmq.LAST_ENDPOINT), flush=True)
+    rng = np.random.default_rng(TOKENS)
+    ids = rng.integers(0, 150_000, TOKENS, dtype=np.int32).tolist()
+    lps = (-rng.random(TOKENS, dtype=np.float32)).tolist()
+
+    async def run(ident: bytes, rid: bytes, turns: int) -> None:
+        trace = BTrace(id=rid.decode())
+        sent_nodes = sent_calls = 0
+        parent = None
+        for turn in range(turns):
+            trace.nodes.append(BNode(role="user", content=f"turn {turn}", parent=parent,
+                                     token_ids=list(range(8)), mask=[0] * 8,
+                                     logprobs=[float("nan")] * 8))
+            trace.nodes.append(BNode(role="assistant", content=f"answer {turn}",
+                                     parent=len(trace.nodes) - 1, token_ids=list(ids),
+                                     mask=[1] * TOKENS, logprobs=list(lps)))
+            parent = len(trace.nodes) - 1
+            trace.calls.append(BCall(model="standin", finish_reason="stop",
+                                     usage={"completion_tokens": TOKENS}, node=parent))
+            # Flush after each turn: re-dump the trace's structure, send what is new.
+            snapshot = trace.model_dump(exclude={"nodes": _NODE_META})
+            new_nodes = [n.model_dump() for n in trace.nodes[sent_nodes:]]
+            delta = {"nodes": new_nodes, "calls": snapshot["calls"][sent_calls:],
+                     "base": [sent_nodes, sent_calls], "stop": snapshot["stop"]}
+            await sock.send_multipart([ident, rid, b"delta", msgpack.packb(delta)])
+            sent_nodes, sent_calls = len(trace.nodes), len(trace.calls)
+            await asyncio.sleep(0)
+        trace.stop, trace.completed, trace.rewards = "max_turns", True, {"standin": 1.0}
+        await sock.send_multipart([ident, rid, b"reply", msgpack.packb(
+            {"nodes": len(trace.nodes), "calls": len(trace.calls), "stop": trace.stop,
+             "completed": True, "rewards": trace.rewards})])
+
+    tasks = set()
+    while True:
+        ident, rid, body = await sock.recv_multipart()
+        t = asyncio.create_task(run(ident, rid, msgpack.unpackb(body)["turns"]))
+        tasks.add(t)
+        t.add_done_callback(tasks.discard)
+
+
+class BaselineClient:
+    def __init__(self, address: str) -> None:
+        self.ctx = zmq.asyncio.Context()
+        self.sock = self.ctx.socket(zmq.DEALER)
+        self.sock.connect(address)
+        self.pending: dict[bytes, tuple[BTrace, asyncio.Future[tuple[BTrace, int]], list[int]]]
+        self.pending = {}
+        self.n = 0
+        self.loop = asyncio.create_task(self._recv())
+
+    async def _recv(self) -> None:
+        while True:
+            rid, kind, body = await self.sock.recv_multipart()
+            trace, fut, wire = self.pending[rid]
+            wire[0] += len(rid) + len(kind) + len(body)
+            data = msgpack.unpackb(body)
+            if kind == b"delta":
+                if data["base"] != [len(trace.nodes), len(trace.calls)]:
+                    fut.set_exception(RuntimeError("delta out of sequence"))
+                trace.nodes.extend(BNode.model_validate(n) for n in data["nodes"])
+                trace.calls.extend(BCall.model_validate(c) for c in data["calls"])
+            else:
+                assert data["nodes"] == len(trace.nodes) and data["calls"] == len(trace.calls)
+                trace.stop, trace.completed = data["stop"], data["completed"]
+                trace.rewards = data["rewards"]
+                fut.set_result((trace, wire[0]))
+
+    async def run(self, turns: int) -> tuple[BTrace, int]:
+        self.n += 1
+        rid = str(self.n).encode()
+        fut: asyncio.Future[tuple[BTrace, int]] = asyncio.get_running_loop().create_future()
+        self.pending[rid] = (BTrace(id=rid.decode()), fut, [0])
+        await self.sock.send_multipart([rid, msgpack.packb({"turns": turns})])
+        try:
+            return await fut
+        finally:
+            del self.pending[rid]
+
+    def close(self) -> None:
+        self.loop.cancel()
+        self.sock.close(0)
+        self.ctx.term()
+
+
+# -- measurement -------------------------------------------------------------------------
+def _start(cmd: list[str]) -> tuple[subprocess.Popen[str], str]:
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    line = proc.stdout.readline().strip()
+    return proc, line.split()[-1]
+
+
+async def _timed(fn: Any, runs: int) -> tuple[float, Any]:
+    times, out = [], None
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        out = await fn()
+        times.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(times), out
+
+
+async def _throughput(one: Any, episodes: int, inflight: int) -> float:
+    left = [episodes]
+
+    async def lane() -> None:
+        while left[0] > 0:
+            left[0] -= 1
+            await one()
+
+    t0 = time.perf_counter()
+    await asyncio.gather(*(lane() for _ in range(inflight)))
+    return episodes / (time.perf_counter() - t0)
+
+
+async def main(runs: int, episodes: int) -> None:
+    ours_proc, ours_addr = _start([sys.executable, "-m", "tracewire", "serve", "standin",
+                                   "--address", "tcp://127.0.0.1:0"])
+    base_proc, base_addr = _start([sys.executable, __file__, "--baseline-server",
+                                   "tcp://127.0.0.1:0"])
+    try:
+        client = EnvClient(ours_addr)
+        await client.connect(timeout=60)
+        while not (await client.health())["healthy"]:
+            await asyncio.sleep(0.05)
+        base = BaselineClient(base_addr)
+        for _ in range(3):  # warm up both paths
+            await client.run({"turns": 10, "tokens": TOKENS})
+            await base.run(10)
+        for n in (10, 100, 1000):
+            case, r = f"turns_{n}", max(1, runs if n < 1000 else (runs + 1) // 2)
+            ours_ms, res = await _timed(lambda n=n: client.run({"turns": n, "tokens": TOKENS}),
+                                        runs)
+            base_ms, (btrace, bwire) = await _timed(lambda n=n: base.run(n), r)
+            assert len(res.episode.traces[0].nodes) == len(btrace.nodes) == 2 * n
+            emit("serve", case, "round_trip_ms", "ms", ours_ms, base_ms, "lower", runs)
+            emit("serve", case, "wire_bytes", "bytes", res.wire_bytes, bwire, "lower", 1)
+            emit("serve", case, "record_bytes", "bytes", len(record_bytes(res.episode)), None,
+                 "lower", 1)
+        task = {"turns": 10, "tokens": TOKENS}
+        ours_eps = statistics.median([await _throughput(lambda: client.run(task), episodes, 4)
+                                      for _ in range(3)])
+        base_eps = statistics.median([await _throughput(lambda: base.run(10), episodes, 4)
+                                      for _ in range(3)])
+        emit("serve", "ten_turn_episodes_4_inflight", "episodes_per_s", "1/s", ours_eps,
+             base_eps, "higher", 3)
+        base.close()
+        await client.close()
+    finally:
+        for p in (ours_proc, base_proc):
+            p.terminate()
+            p.wait(timeout=30)
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--episodes", type=int, default=400)
+    ap.add_argument("--baseline-server", metavar="ADDRESS", default=None)
+    a = ap.parse_args()
+    if a.baseline_server:
+        asyncio.run(baseline_server(a.baseline_server))
+    else:
+        asyncio.run(main(a.runs, a.episodes))
