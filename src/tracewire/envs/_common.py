@@ -11,7 +11,8 @@ from typing import Any
 
 __all__ = ["JsonlTasks", "data_tasks", "fmt", "parse_answer"]
 
-_ANSWER = re.compile(r"Answer:\s*(-?\d+(?:\.\d+)?)")
+# The scoring rule of env/data/README.md: the reply ends with ``Answer: <number>``.
+_ANSWER = re.compile(r"Answer: (-?[0-9.]+)\s*$")
 
 
 class JsonlTasks:
@@ -51,8 +52,6 @@ def fmt(x: float) -> str:
 
 
 def parse_answer(text: str) -> str | None:
-    """The number after the last ``Answer:`` in ``text``, normalized by :func:`fmt`."""
-    found = _ANSWER.findall(text)
-    if not found:
-        return None
-    return fmt(float(found[-1]))
+    """The number in the ``Answer: <number>`` that ends ``text``, as written (None if none)."""
+    m = _ANSWER.search(text)
+    return m.group(1) if m else None

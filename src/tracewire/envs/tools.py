@@ -79,7 +79,7 @@ def load_environment() -> Environment:
         harness=ToolsHarness(
             [calculator, convert_units],
             prompt=lambda t: str(t["question"]),
-            max_turns=4,
+            max_turns=3,
             format_error=_error,
         ),
         rewards=[correct],
