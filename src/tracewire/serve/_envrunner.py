@@ -7,6 +7,7 @@ given in the options) and one interception proxy, then runs each task with
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import importlib
 from collections.abc import AsyncIterator
@@ -31,13 +32,15 @@ async def env_factory(env: str, options: dict[str, Any]) -> AsyncIterator[Runner
     """Yield a runner for environment ``env``; options ``base_url`` and ``timeouts``."""
     envmod, proxymod = _part("env"), _part("proxy")
     environment = envmod.load_environment(env)
-    timeouts = options.get("timeouts")
+    raw = options.get("timeouts")
+    timeouts = envmod.Timeouts(**raw) if isinstance(raw, dict) else None
     async with contextlib.AsyncExitStack() as stack:
         base_url = options.get("base_url")
         if not base_url:
-            server = _part("model").ModelServer()
-            await server.start()
-            stack.push_async_callback(server.stop)
+            # The built-in model samples on its own thread and loop, as evaluate() runs it,
+            # so its CPU work does not stall the loop streaming episodes.
+            server = await asyncio.to_thread(_part("model").ModelServer.run_in_thread)
+            stack.push_async_callback(asyncio.to_thread, server.stop)
             base_url = server.base_url
         proxy = proxymod.Proxy(str(base_url))
         await proxy.start()
