@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import psutil
 
-from tracewire import Call, Columns, Episode, Message, Span, Trace
+from tracewire import Call, Columns, Episode, Message, Node, Span, Trace
 from tracewire.store import LoopLagProbe, Run
 
 EPISODES = 1000
@@ -41,7 +41,7 @@ def template() -> tuple[dict[str, np.ndarray], list[tuple[int, int]]]:
 def make(i: int, arrays: dict[str, np.ndarray], slices: list[tuple[int, int]]) -> Episode:
     t = Trace(tokens=Columns.from_arrays(arrays))
     for k, (a, b) in enumerate(slices):
-        t.nodes.append(t.nodes[0].__class__(parent=k - 1 if k else None, message=Message(
+        t.nodes.append(Node(parent=k - 1 if k else None, message=Message(
             role="assistant" if k % 2 else "user", content=f"m{k}"), sampled=bool(k % 2),
             start=a, end=b))
         if k % 2:
