@@ -94,3 +94,34 @@ def test_scoring_reproduces_generation_logprobs() -> None:
             got.append(s.logprob)
         scored = e.score(prompt + gen.tokens, temp, top_p)[len(prompt):]
         assert [s.logprob for s in scored if s is not None] == got
+
+
+def test_any_allowed_walk_is_canonical_and_rerenders() -> None:
+    """Pick uniformly among *allowed* tokens (not model-weighted): every finished turn must
+    still re-render to exactly its ids. This tests the constraint itself, model aside."""
+    e = get_engine()
+    tpl = ChatTemplate(e.tok)
+    tools = [{"type": "function", "function": {"name": "calculator"}}]
+    prompt = tpl.render([{"role": "user", "content": "x"}], tools)
+    rng = np.random.default_rng(0)
+    finished = 0
+    for _ in range(300):
+        st = e.state_after(prompt)
+        ids: list[int] = []
+        for _step in range(40):
+            allowed = np.flatnonzero(e.cons.allowed(st))
+            t = int(rng.choice(allowed))
+            ids.append(t)
+            e.cons.advance(st, t)
+            if t == e.tok.eot_id:
+                break
+        else:
+            continue
+        finished += 1
+        parsed = tpl.parse(ids)
+        turn = {"role": "assistant", "content": parsed.content,
+                "tool_calls": [{"function": {"name": n, "arguments": a}}
+                               for n, a in parsed.tool_calls]}
+        assert tpl.render([{"role": "user", "content": "x"}, turn], tools,
+                          add_generation_prompt=False) == prompt + ids
+    assert finished > 20
