@@ -21,9 +21,8 @@ import numpy as np
 from pydantic import BaseModel
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _common import emit, median_ms  # noqa: E402
-
-from tracewire import Episode, Message, Trace, codec  # noqa: E402
+from _common import emit, median_ms
+from tracewire import Episode, Message, Trace, codec
 
 
 # -- baseline --------------------------------------------------------------------------
