@@ -74,8 +74,12 @@ async def complete(
     kwargs: dict[str, Any] = {"model": rollout.model, "messages": messages, **rollout.sampling}
     if tools:
         kwargs["tools"] = tools
-    create: Any = rollout.client().chat.completions.create
-    resp = await create(**kwargs)
+    # The SDK's low-level post: same client, retries and errors, but it skips the SDK's
+    # recursive TypedDict transform of `messages`, which costs ~0.5 ms per message of
+    # history on the event loop (18 ms at 30 messages) — our messages are wire-ready dicts.
+    from openai.types.chat import ChatCompletion
+
+    resp = await rollout.client().post("/chat/completions", body=kwargs, cast_to=ChatCompletion)
     if not resp.choices:
         raise EnvError("the model answered with no choices")
     choice = resp.choices[0]
