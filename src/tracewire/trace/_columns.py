@@ -36,13 +36,16 @@ def _grow(arr: NDArray[Any], n: int, need: int) -> NDArray[Any]:
 class Columns:
     """Token columns of one trace; ``len(columns)`` is the number of tokens."""
 
-    __slots__ = ("_arrays", "_n")
+    __slots__ = ("_arrays", "_cap", "_n")
 
     def __init__(self) -> None:
         self._arrays: dict[str, NDArray[Any]] = {
             name: np.empty(0, dtype=dt) for name, dt in BASE_COLUMNS.items()
         }
         self._n = 0
+        # Rows every array can hold, all writeable (0: unknown, check in _reserve). Lets
+        # append skip the per-column capacity check, which dominated small appends.
+        self._cap = 0
 
     @classmethod
     def from_arrays(cls, arrays: Mapping[str, NDArray[Any]]) -> Columns:
@@ -62,6 +65,7 @@ class Columns:
             if want is not None and arr.dtype != want:
                 raise ValueError(f"column {name!r} must be {want}, got {arr.dtype}")
             self._arrays[name] = arr
+        self._cap = 0  # adopted arrays may be read-only
         if "mask" not in arrays:
             self._arrays["mask"] = np.zeros(n, dtype=np.uint8)
         if "logprobs" not in arrays:
@@ -119,6 +123,7 @@ class Columns:
             raise ValueError(f"column {name!r} already exists")
         cap = max(self._arrays["ids"].shape[0], self._n)
         self._arrays[name] = np.zeros((cap, *shape), dtype=dtype)
+        self._cap = 0
 
     def append(
         self,
@@ -135,26 +140,28 @@ class Columns:
         ids_arr = np.asarray(ids, dtype=np.int32)
         if ids_arr.ndim != 1:
             raise ValueError("ids must be one-dimensional")
-        k = int(ids_arr.shape[0])
-        start, end = self._n, self._n + k
+        start = self._n
+        end = start + ids_arr.shape[0]
+        arrs = self._arrays
         if extra:
             for name, values in extra.items():
-                if name not in self._arrays:
+                if name not in arrs:
                     v = np.asarray(values)
                     self.add_column(name, v.dtype, tuple(v.shape[1:]))
-        self._reserve(end)
-        arrs = self._arrays
+        if end > self._cap:
+            self._reserve(end)
         arrs["ids"][start:end] = ids_arr
         arrs["mask"][start:end] = mask
         if logprobs is None:
             arrs["logprobs"][start:end] = np.nan
         else:
             arrs["logprobs"][start:end] = logprobs
-        for name in self.extra_names():
-            if extra is not None and name in extra:
-                arrs[name][start:end] = extra[name]
-            else:
-                arrs[name][start:end] = 0
+        if len(arrs) > len(BASE_COLUMNS):
+            for name in self.extra_names():
+                if extra is not None and name in extra:
+                    arrs[name][start:end] = extra[name]
+                else:
+                    arrs[name][start:end] = 0
         self._n = end
         return start, end
 
@@ -165,6 +172,8 @@ class Columns:
         return self.append(ids, arrays.get("mask", 0), arrays.get("logprobs"), extra or None)
 
     def _reserve(self, need: int) -> None:
-        for name, arr in self._arrays.items():
+        arrays = self._arrays
+        for name, arr in arrays.items():
             if arr.shape[0] < need or not arr.flags.writeable:
-                self._arrays[name] = _grow(arr, self._n, need)
+                arrays[name] = _grow(arr, self._n, need)
+        self._cap = min(arr.shape[0] for arr in arrays.values())
