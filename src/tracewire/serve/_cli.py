@@ -13,6 +13,7 @@ import msgspec
 
 from ._broker import EnvServer
 from ._config import DEFAULT_ADDRESS, ServerConfig
+from ._memory import tune_allocator
 
 __all__ = ["HELP", "configure", "run"]
 
@@ -86,6 +87,7 @@ async def _serve(args: argparse.Namespace) -> int:
 
 def run(args: argparse.Namespace) -> int:
     """Run the server until interrupted; returns the exit status."""
+    tune_allocator()  # this process exists to forward episodes
     try:
         return asyncio.run(_serve(args))
     except (ValueError, OSError) as exc:

@@ -38,6 +38,8 @@ RunnerFactory = Callable[[str, dict[str, Any]], contextlib.AbstractAsyncContextM
 
 STANDIN_FACTORY = "tracewire.serve._runner:standin_factory"
 ENV_FACTORY = "tracewire.serve._envrunner:env_factory"
+#: Longest stretch of turns the stand-in runs without yielding when it has no delay.
+YIELD_S = 0.0005
 
 
 def standin_runner(turns: int = 10, tokens: int = 1000, delay: float = 0.0) -> Runner:
@@ -45,7 +47,9 @@ def standin_runner(turns: int = 10, tokens: int = 1000, delay: float = 0.0) -> R
 
     A task may override ``turns``, ``tokens`` and ``delay`` (seconds between turns). Each turn
     appends a user node (8 prompt tokens) and an assistant node (``tokens`` tokens, mask 1,
-    logprobs), one ``Call``, then notifies; the transport is what gets measured.
+    logprobs), one ``Call``, then notifies; the transport is what gets measured. With no
+    delay it yields to the event loop whenever :data:`YIELD_S` of work has passed (a real
+    harness awaits its model between turns; the stand-in has nothing to wait for).
     """
     cache: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
 
@@ -70,22 +74,29 @@ def standin_runner(turns: int = 10, tokens: int = 1000, delay: float = 0.0) -> R
         episode.timing["agent"] = Span(start=now)
         trace = episode.new_trace(agent={"name": "standin"})
         usage = {"prompt_tokens": 8, "completion_tokens": k}
+        # Bound methods and lists fetched once: the loop body is what a turn costs.
+        append, nodes, calls, notify = trace.tokens.append, trace.nodes, trace.calls, trace.notify
+        clock = time.perf_counter
+        next_yield = clock() + YIELD_S
         parent: int | None = None
         for turn in range(n):
             # Both nodes' tokens in one append (the runner owns its append-only trace).
-            start, end = trace.tokens.append(ids, mask, lps)
-            user = len(trace.nodes)
-            trace.nodes.append(Node(parent=parent, message=Message(role="user",
-                               content=f"turn {turn}"), ts=now, start=start, end=start + 8))
-            trace.nodes.append(Node(parent=user, message=Message(role="assistant",
-                               content=f"answer {turn}"), sampled=True, ts=now,
-                               start=start + 8, end=end))
+            start, end = append(ids, mask, lps)
+            user = len(nodes)
+            nodes.append(Node(parent=parent, message=Message(role="user",
+                              content=f"turn {turn}"), ts=now, start=start, end=start + 8))
+            nodes.append(Node(parent=user, message=Message(role="assistant",
+                              content=f"answer {turn}"), sampled=True, ts=now,
+                              start=start + 8, end=end))
             parent = user + 1
-            trace.calls.append(Call(model="standin", endpoint="chat", finish_reason="stop",
-                                    usage=usage, node=parent, prompt_node=user))
-            trace.notify()
-            # Yield so the worker can stream; a real harness waits on the model here.
-            await asyncio.sleep(pause)
+            calls.append(Call(model="standin", endpoint="chat", finish_reason="stop",
+                              usage=usage, node=parent, prompt_node=user))
+            notify()
+            if pause:
+                await asyncio.sleep(pause)  # a real harness waits on the model here
+            elif clock() >= next_yield:
+                await asyncio.sleep(0)  # let the worker stream; keeps loop stalls short
+                next_yield = clock() + YIELD_S
         trace.stop = "max_turns"
         trace.completed = True
         trace.set_reward("standin", 1.0)

@@ -25,6 +25,7 @@ import zmq.asyncio
 from ..codec import EpisodeDelta, encode_frames
 from ..trace import Episode
 from ._config import WorkerConfig
+from ._memory import tune_allocator
 from ._protocol import (
     JobKind,
     cursor_list,
@@ -185,6 +186,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=os.environ.get("TRACEWIRE_LOG", "WARNING"),
                         format="%(asctime)s worker %(process)d %(levelname)s %(message)s")
     cfg = msgspec.json.decode(args[0], type=WorkerConfig)
+    tune_allocator()
     return asyncio.run(_amain(cfg))
 
 
