@@ -1,10 +1,12 @@
 """Journals: in-flight episodes written delta by delta, so a crash loses at most one turn.
 
 A :class:`Journal` watches every trace of an episode. On each ``notify()`` it asks an
-``EpisodeSender`` for what changed (O(new data)), drops the preview-only ``pending`` field,
-and hands the delta to the writer thread, which appends it as one record to
-``live/<episode>.twj``. Reading a journal back assembles the deltas up to the first torn or
-corrupt record.
+``EpisodeSender`` for what changed (O(new data)) and hands the delta to the writer thread,
+which appends it as one record to ``live/<episode>.twj``. Deltas that only change
+``trace.pending`` (the messages of a request in flight) are journaled too, so a viewer in
+another process sees them; pending never reaches a stored record (``TraceHeader`` has no
+such field) nor the index. Reading a journal back assembles the deltas up to the first torn
+or corrupt record; :class:`JournalTail` does so incrementally, reading only new bytes.
 """
 
 from __future__ import annotations
@@ -14,8 +16,6 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
-
-from msgspec import UNSET
 
 from .._errors import DecodeError
 from ..codec import (
@@ -31,23 +31,9 @@ from ..trace import Episode, Trace
 if TYPE_CHECKING:
     from ._writer import JournalItem
 
-__all__ = ["Journal", "read_journal"]
+__all__ = ["Journal", "JournalTail", "read_journal"]
 
 log = logging.getLogger("tracewire.store")
-
-
-def _empty(d: EpisodeDelta) -> bool:
-    if d.head is not None or d.dropped or d.final:
-        return False
-    for td in d.traces:
-        if (
-            td.reset or td.nodes or td.calls or td.errors or td.columns
-            or td.agent is not UNSET or td.timing is not UNSET or td.rewards is not UNSET
-            or td.metrics is not UNSET or td.info is not UNSET or td.stop is not UNSET
-            or td.completed is not UNSET or td.ok is not UNSET
-        ):  # fmt: skip
-            return False
-    return True
 
 
 class Journal:
@@ -92,11 +78,7 @@ class Journal:
         if d is None:
             return
         self._sender.commit(d)  # the delta is a snapshot; the writer thread owns it now
-        for td in d.traces:
-            td.pending = UNSET  # preview only, never persisted
-        if _empty(d):
-            return
-        d.seq = self._seq  # our own numbering: pending-only deltas are not written
+        d.seq = self._seq
         self._seq += 1
         self._submit(self._item(self.path, d, self._fail))
 
@@ -115,27 +97,70 @@ class Journal:
         return self._closed
 
 
-def read_journal(path: Path) -> Episode | None:
-    """Assemble a journal file up to its first torn or corrupt record (None if empty)."""
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        return None
-    asm = EpisodeAssembler()
+class JournalTail:
+    """Incremental reader of one journal file: remembers the byte offset of the first record
+    not yet applied and the episode assembled so far, so each :meth:`poll` reads only what
+    was appended since (a torn last record is retried on the next poll)."""
+
+    __slots__ = ("asm", "ino", "offset", "path", "stuck")
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.asm = EpisodeAssembler()
+        self.offset = 0
+        self.ino = -1
+        #: Set at a complete but corrupt record: nothing after it is applied (as on recovery).
+        self.stuck = False
+
+    @property
+    def episode(self) -> Episode | None:
+        """The episode assembled so far (None before the first record)."""
+        return self.asm.episode
+
+    def poll(self) -> bool:
+        """Apply the records appended since the last poll; False if the file is gone."""
+        try:
+            with open(self.path, "rb") as f:
+                st = os.fstat(f.fileno())
+                if st.st_ino != self.ino or st.st_size < self.offset:
+                    # A new file under the same name (or cut back): start over.
+                    self.asm, self.offset, self.stuck = EpisodeAssembler(), 0, False
+                    self.ino = st.st_ino
+                if self.stuck or st.st_size - self.offset < RECORD_PREFIX:
+                    return True
+                f.seek(self.offset)
+                data = f.read(st.st_size - self.offset)
+        except FileNotFoundError:
+            return False
+        used, self.stuck = _apply_records(self.asm, data)
+        self.offset += used
+        return True
+
+
+def _apply_records(asm: EpisodeAssembler, data: bytes) -> tuple[int, bool]:
+    """Apply whole records from ``data``: ``(bytes used, hit a corrupt record)``."""
     pos = 0
+    view = memoryview(data)
     while len(data) - pos >= RECORD_PREFIX:
         try:
-            n = record_length(data[pos : pos + RECORD_PREFIX])
+            n = record_length(view[pos : pos + RECORD_PREFIX])
             if pos + n > len(data):
-                break
-            d = decode_record(memoryview(data)[pos : pos + n])
+                break  # torn, or still being written
+            d = decode_record(view[pos : pos + n])
             if not isinstance(d, EpisodeDelta):
-                break
+                return pos, True
             asm.apply(d)
         except DecodeError:
-            break
+            return pos, True
         pos += n
-    return asm.episode
+    return pos, False
+
+
+def read_journal(path: Path) -> Episode | None:
+    """Assemble a journal file up to its first torn or corrupt record (None if empty)."""
+    tail = JournalTail(path)
+    tail.poll()
+    return tail.episode
 
 
 def journal_size(path: Path) -> int:

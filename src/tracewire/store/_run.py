@@ -10,13 +10,14 @@ import sqlite3
 import threading
 import time
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 from types import TracebackType
 from typing import Any
 
 from .._errors import CorruptRecordError, DecodeError, StoreError
 from ..codec import decode_record
 from ..trace import Episode
-from ._journal import Journal, read_journal
+from ._journal import Journal, JournalTail
 from ._layout import Layout, new_meta, read_meta, store_error, write_meta
 from ._recover import connect, recover
 from ._schema import COLUMNS, IndexRow, RecordRef
@@ -49,6 +50,8 @@ class Run:
         self._fds: dict[int, int] = {}
         self._writer: Writer | None = None
         self._journals: dict[str, Journal] = {}
+        self._tails: dict[Path, JournalTail] = {}
+        self._tails_lock = threading.Lock()
         self._slots: asyncio.Semaphore | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._closed = False
@@ -372,13 +375,50 @@ class Run:
         return {(str(k), int(i)) for k, i in got}
 
     def live(self) -> list[Episode]:
-        """In-flight episodes assembled from their journals (those not yet appended)."""
-        out = []
-        for path in self.layout.journals():
-            ep = read_journal(path)
-            if ep is not None and not self.rows(episode_id=ep.id):
-                out.append(ep)
-        return out
+        """In-flight episodes assembled from their journals (those not yet appended), each
+        with its latest ``pending`` messages.
+
+        Incremental: per journal, only the bytes appended since the previous call are read
+        and applied to the episode assembled then, so a returned episode is the same object
+        on the next call, grown in place (lists and columns only grow; a restarted trace is
+        replaced). Journals that disappeared or whose episode is indexed are forgotten.
+        """
+        with self._tails_lock:
+            paths = self.layout.journals()
+            present = set(paths)
+            for gone in [p for p in self._tails if p not in present]:
+                del self._tails[gone]
+            polled: list[JournalTail] = []
+            for path in paths:
+                tail = self._tails.get(path)
+                if tail is None:
+                    tail = self._tails[path] = JournalTail(path)
+                if not tail.poll():
+                    del self._tails[path]
+                elif tail.episode is not None:
+                    polled.append(tail)
+            ids = [t.episode.id for t in polled if t.episode is not None]
+            done = self._indexed(ids)
+            out = []
+            for tail in polled:
+                ep = tail.episode
+                assert ep is not None
+                if ep.id in done:  # appended; its journal is about to be deleted
+                    del self._tails[tail.path]
+                else:
+                    out.append(ep)
+            return out
+
+    def _indexed(self, episode_ids: list[str]) -> set[str]:
+        """Which of ``episode_ids`` have an index row (one query per 500 ids)."""
+        found: set[str] = set()
+        for i in range(0, len(episode_ids), 500):
+            chunk = episode_ids[i : i + 500]
+            marks = ", ".join("?" for _ in chunk)
+            rows = self._query(f"SELECT episode_id FROM episodes WHERE episode_id IN ({marks})",
+                               chunk)
+            found.update(str(r[0]) for r in rows)
+        return found
 
 
 def _prepare_writer(
