@@ -146,3 +146,41 @@ def test_row_from_live_episode_equals_row_from_its_header() -> None:
     ep.traces[0].add_error("y")
     ref = RecordRef(1, 2, 3, 4)
     assert row_from_episode(ep, ref, 5.0) == row_from_header(episode_parts(ep)[2], ref, 5.0)
+
+
+@pytest.mark.parametrize("turns", [0, 3, 400])
+def test_sliced_record_parts_equal_codec_frames_to_record(turns: int) -> None:
+    from tracewire.codec import frames_to_record
+    from tracewire.store import _encode
+
+    ep = build(turns, turns=turns, n=3000)
+    frames = encode_frames(ep)
+    want = b"".join(bytes(memoryview(p)) for p in frames_to_record(frames))
+    pauses = [0]
+    old = _encode.CRC_SLICE
+    _encode.CRC_SLICE = 4096  # many slices even for small buffers
+    try:
+        got = _encode.record_parts(frames, lambda: pauses.__setitem__(0, pauses[0] + 1))
+    finally:
+        _encode.CRC_SLICE = old
+    assert b"".join(bytes(memoryview(p)) for p in got) == want
+    assert (pauses[0] > 0) == (turns >= 3)
+
+
+def test_write_parts_in_slices_writes_every_byte(tmp_path: Path) -> None:
+    import os
+
+    from tracewire.store._segments import write_parts
+
+    parts = [b"a" * 10, bytes(range(256)) * 40, b"", memoryview(b"xyz" * 1000), b"q"]
+    path = tmp_path / "f"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT)
+    pauses: list[int] = []
+    try:
+        n = write_parts(fd, parts, 0, lambda: pauses.append(1), max_write=777)
+    finally:
+        os.close(fd)
+    want = b"".join(bytes(p) for p in parts)
+    assert n == len(want) and path.read_bytes() == want
+    # At most 777 bytes per writev (a pause after each one but the last).
+    assert len(want) // 777 <= len(pauses) <= len(want) // 777 + len(parts)

@@ -68,6 +68,7 @@ class Run:
         segment_bytes: int = 256 << 20,
         max_queued: int = 64,
         resume: bool = False,
+        switch_interval: float | None = None,
     ) -> Run:
         """Open ``path`` for appending: a new run, or with ``resume`` an existing one
         (recovered first; its new episodes are appended after the old ones).
@@ -95,6 +96,7 @@ class Run:
             interval=interval,
             segment_bytes=segment_bytes,
             conn_factory=lambda: connect(layout, write=True),
+            switch_interval=switch_interval,
         )
         run._writer.start()
         return run

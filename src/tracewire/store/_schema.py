@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import struct
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
@@ -205,10 +206,12 @@ def _usage(u: dict[str, int], *keys: str) -> int:
     return 0
 
 
-def row_from_episode(ep: Any, ref: RecordRef, written: float) -> IndexRow:
-    """Index row of a live :class:`~tracewire.Episode` (plain Python: preemptible, unlike
-    one long C call, so the writer thread never holds the GIL for long)."""
-    return _row(ep, ref, written, n_tokens=lambda t: len(t.tokens))
+def row_from_episode(
+    ep: Any, ref: RecordRef, written: float, pause: Callable[[], None] | None = None
+) -> IndexRow:
+    """Index row of a live :class:`~tracewire.Episode` (plain Python, with ``pause()`` every
+    512 calls so the writer thread lets the event loop in during long episodes)."""
+    return _row(ep, ref, written, n_tokens=lambda t: len(t.tokens), pause=pause)
 
 
 def row_from_header(
@@ -227,14 +230,18 @@ def _header_tokens(t: Any) -> int:
     return int(ids[2][0]) if ids and len(ids) == 3 and ids[2] else 0
 
 
-def _row(e: Any, ref: RecordRef, written: float, n_tokens: Any) -> IndexRow:
+def _row(
+    e: Any, ref: RecordRef, written: float, n_tokens: Any, pause: Callable[[], None] | None = None
+) -> IndexRow:
     spans = list(e.timing.values())
     turns = inp = out = n_tok = errors = 0
     for t in e.traces:
         spans.extend(t.timing.values())
         turns += len(t.calls)
         errors += len(t.errors)
-        for c in t.calls:
+        for k, c in enumerate(t.calls):
+            if pause is not None and k and not k & 511:
+                pause()
             if c.span is not None:
                 spans.append(c.span)
             inp += _usage(c.usage, "prompt_tokens", "input_tokens")

@@ -7,47 +7,74 @@ back so no partial record stays behind. Recovery scans only what the index does 
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import mmap
 import os
 import sqlite3
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from .._errors import CorruptRecordError, DecodeError
 from ..codec import RECORD_PREFIX, decode_record, record_length
 from ._layout import Layout
 from ._schema import IndexRow, RecordRef, record_parts_info, row_from_header
 
-__all__ = ["read_record", "recover_segments", "write_parts"]
+__all__ = ["WRITE_SLICE", "read_record", "recover_segments", "write_parts"]
 
 log = logging.getLogger("tracewire.store")
 Buffer = bytes | bytearray | memoryview
 _IOV_MAX = 512
+#: Bytes per ``writev`` call of :func:`write_parts` (~0.1–1 ms each).
+WRITE_SLICE = 1 << 19
 _MAGIC = b"TWR1"
 
 
-def write_parts(fd: int, parts: Sequence[Buffer], start: int) -> int:
+def write_parts(
+    fd: int,
+    parts: Sequence[Buffer],
+    start: int,
+    pause: Callable[[], None] | None = None,
+    max_write: int = WRITE_SLICE,
+    flush: bool = False,
+) -> int:
     """Write ``parts`` at the end of ``fd`` (which is at ``start``); returns bytes written.
 
-    On any ``OSError`` the file is truncated back to ``start`` before re-raising, so a
-    failed write never leaves a partial record.
+    Each ``writev`` carries at most ``max_write`` bytes and ``pause()`` runs between them:
+    a write into the page cache releases the GIL but holds the CPU (and allocating page
+    cache pages can cost ~2 ms per MB on a VM), so one huge write could delay the event
+    loop by a whole scheduler tick. On any ``OSError`` the file is truncated back to
+    ``start`` before re-raising, so a failed write never leaves a partial record.
+    With ``flush`` the write-back of each slice starts at once (:func:`start_writeback`),
+    so a later ``fdatasync`` finds little left to do instead of submitting the whole
+    record in one long, non-preemptible system call.
     """
-    views = [memoryview(p).cast("B") for p in parts if memoryview(p).nbytes]
+    views = [v for p in parts if (v := memoryview(p).cast("B")).nbytes]
     written = 0
     try:
         i = 0
         while i < len(views):
-            batch = views[i : i + _IOV_MAX]
+            batch: list[memoryview] = []
+            size = 0
+            for v in views[i : i + _IOV_MAX]:
+                if size + v.nbytes > max_write:
+                    if not batch:  # one big part: its first slice alone
+                        batch.append(v[:max_write])
+                    break
+                batch.append(v)
+                size += v.nbytes
             n = os.writev(fd, batch)
+            if flush:
+                start_writeback(fd, start + written, n)
             written += n
             # Skip whole parts written; keep the unwritten rest of a partly written one.
-            while batch and n >= batch[0].nbytes:
-                n -= batch[0].nbytes
-                batch.pop(0)
+            while i < len(views) and n >= views[i].nbytes:
+                n -= views[i].nbytes
                 i += 1
-            if batch and n:
-                views[i] = batch[0][n:]
+            if n:
+                views[i] = views[i][n:]
+            if pause is not None and i < len(views):
+                pause()
     except OSError:
         try:
             os.ftruncate(fd, start)
@@ -56,6 +83,24 @@ def write_parts(fd: int, parts: Sequence[Buffer], start: int) -> int:
             log.exception("cannot cut a failed write back to offset %d", start)
         raise
     return written
+
+
+_libc: ctypes.CDLL | None
+try:
+    _libc = ctypes.CDLL(None, use_errno=True)
+    _sync_file_range = _libc.sync_file_range
+    _sync_file_range.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
+    _sync_file_range.restype = ctypes.c_int
+except (OSError, AttributeError):  # not Linux/glibc: leave write-back to the kernel
+    _libc = None
+_SYNC_FILE_RANGE_WRITE = 2
+
+
+def start_writeback(fd: int, offset: int, nbytes: int) -> None:
+    """Start (not wait for) write-back of a byte range: ``sync_file_range(WRITE)`` on Linux,
+    nothing elsewhere. Errors are ignored: the later ``fdatasync`` reports real ones."""
+    if _libc is not None and nbytes > 0:
+        _sync_file_range(fd, offset, nbytes, _SYNC_FILE_RANGE_WRITE)
 
 
 def read_record(fd: int, ref: RecordRef) -> bytes:

@@ -4,6 +4,14 @@ The event loop only puts an item on a queue and awaits a future; this thread doe
 encoding (in GIL-friendly slices), the CRCs, ``writev``, ``fdatasync`` (group commit) and the
 index rows, then resolves the futures with ``loop.call_soon_threadsafe``. An index row is
 inserted only after its record's bytes are flushed (and synced, unless fsync is "never").
+
+Keeping the loop's lag low is this thread's job: every long step is cut into slices
+(≤ 256 items per msgspec call, ≤ 1 MiB per CRC call, ≤ 512 KiB per ``writev``, a pause every
+512 calls while building the index row) and ``_encode.yield_gil`` runs between slices; when
+a sync follows, write-back of each slice starts right after it is written, so ``fdatasync``
+does not submit a whole record in one long system call. The interpreter's switch interval
+is left alone unless ``Run.create(switch_interval=...)`` asks for it: measured with the
+pauses above, lowering it to 1 ms did not change the worst loop lag (bench/README.md).
 """
 
 from __future__ import annotations
@@ -21,9 +29,9 @@ from pathlib import Path
 from typing import Any
 
 from .._errors import StoreError, TracewireError
-from ..codec import EpisodeDelta, encode_record, frames_to_record
+from ..codec import EpisodeDelta, encode_frames
 from ..trace import Episode
-from ._encode import episode_parts
+from ._encode import episode_parts, record_parts, yield_gil
 from ._layout import Layout, fsync_dir, store_error
 from ._schema import (
     IndexRow,
@@ -85,12 +93,14 @@ class Writer(threading.Thread):
         interval: float,
         segment_bytes: int,
         conn_factory: Callable[[], sqlite3.Connection],
+        switch_interval: float | None = None,
     ) -> None:
         super().__init__(name=f"tracewire-store:{layout.root.name}", daemon=True)
         self.layout = layout
         self.fsync = fsync
         self.interval = interval
         self.segment_bytes = segment_bytes
+        self.switch_interval = switch_interval
         self._conn_factory = conn_factory
         self.q: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self.fatal: BaseException | None = None
@@ -104,10 +114,10 @@ class Writer(threading.Thread):
 
     # -- thread main ------------------------------------------------------------------------
     def run(self) -> None:
-        # A thread that wants the GIL waits up to the switch interval (5 ms by default)
-        # for this one to let go; 1 ms keeps the event loop within its budget.
-        if sys.getswitchinterval() > 0.001:
-            sys.setswitchinterval(0.001)
+        # Opt-in only: a library should not change a process-wide setting by default.
+        si = self.switch_interval
+        if si is not None and sys.getswitchinterval() > si:
+            sys.setswitchinterval(si)
         try:
             self._conn = self._conn_factory()
             self._open_last_segment()
@@ -186,18 +196,18 @@ class Writer(threading.Thread):
                 parts = episode_parts(item.episode)
             else:
                 assert item.frames is not None
-                parts = frames_to_record(item.frames)
+                parts = record_parts(item.frames)
             prefix = memoryview(parts[0])
             total, _hoff, _hlen, hcrc = record_parts_info(prefix)
             if item.episode is not None:
-                row = row_from_episode(item.episode, RecordRef(0, 0, 0, 0), 0.0)
+                row = row_from_episode(item.episode, RecordRef(0, 0, 0, 0), 0.0, yield_gil)
             else:  # parts: prefix, buffer table, header, buffers...
                 row = row_from_header(parts[2], RecordRef(0, 0, 0, 0), 0.0)
             if self._size and self._size + total > self.segment_bytes:
                 self._roll()
             start = self._size
             try:
-                write_parts(self._fd, parts, start)
+                write_parts(self._fd, parts, start, yield_gil, flush=self.fsync != "never")
             except OSError as exc:
                 raise store_error(f"cannot write segment {self._seg}", exc) from exc
             self._size += total
@@ -220,7 +230,7 @@ class Writer(threading.Thread):
                 self._journals[item.path] = fd
             if item.delta is not None:
                 start = os.fstat(fd).st_size
-                write_parts(fd, encode_record(item.delta), start)
+                write_parts(fd, record_parts(encode_frames(item.delta)), start, yield_gil)
                 self._dirty.add(fd)
         except (OSError, ValueError, TypeError) as exc:
             item.on_error(store_error(f"cannot write journal {item.path.name}", exc))
