@@ -20,11 +20,11 @@ from collections import deque
 from typing import Any
 
 import zmq
-import zmq.asyncio
 
 from .._errors import BusyError, ProtocolError, RunTimeout, ServeError, WorkerDiedError
 from ..trace import SCHEMA_VERSION, new_id
 from ._config import DEFAULT_ADDRESS, ServerConfig
+from ._io import Reader
 from ._pool import LocalProcessPool, WorkerPool
 from ._protocol import (
     PROTOCOL_VERSION,
@@ -33,7 +33,6 @@ from ._protocol import (
     encode_envelope,
     error_body,
     parse_job_frame,
-    send_now,
 )
 from ._runner import ENV_FACTORY, STANDIN_FACTORY
 from ._workers import Job, Workers, WorkerState
@@ -59,9 +58,11 @@ class EnvServer:
         self.options = dict(options or {})
         self._bind = address
         self.address = address
-        self._ctx = zmq.asyncio.Context()
-        self._front: zmq.asyncio.Socket | None = None
-        self._back: zmq.asyncio.Socket | None = None
+        # Plain sockets driven by readers that drain each wake-up in one batch (see _io).
+        self._ctx: zmq.Context[Any] = zmq.Context()
+        self._front: zmq.Socket[Any] | None = None
+        self._back: zmq.Socket[Any] | None = None
+        self._readers: list[Reader] = []
         self._tmpdir: str | None = None
         self.jobs: dict[int, Job] = {}
         self.queue: deque[Job] = deque()
@@ -101,9 +102,12 @@ class EnvServer:
         self._back.bind(endpoint)
         self.worker_endpoint = str(self._back.getsockopt_string(zmq.LAST_ENDPOINT))
         self.started_at = time.time()
-        self._tasks = [asyncio.create_task(self._front_loop(), name="serve-front"),
-                       asyncio.create_task(self._back_loop(), name="serve-back"),
-                       asyncio.create_task(self.workers.supervise(), name="serve-supervise")]
+        self._front_io = Reader(self._front, self._on_front, "clients")
+        self._back_io = Reader(self._back, self._on_worker, "workers")
+        self._readers = [self._front_io, self._back_io]
+        for r in self._readers:
+            r.start()
+        self._tasks = [asyncio.create_task(self.workers.supervise(), name="serve-supervise")]
         self.workers.ensure()
         return self
 
@@ -146,6 +150,8 @@ class EnvServer:
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         await asyncio.sleep(0.05)  # let the last answers leave the socket
+        for r in self._readers:
+            r.stop()
         for s in (self._front, self._back):
             if s is not None:
                 s.close(linger=1000)
@@ -157,9 +163,8 @@ class EnvServer:
     # -- sending ---------------------------------------------------------------------------
     def to_client(self, client: bytes, frames: list[Any]) -> bool:
         """Send to a client without waiting; False if it cannot take it (gone or not reading)."""
-        assert self._front is not None
         try:
-            send_now(self._front, [client, *frames])
+            self._front_io.send([client, *frames])
             return True
         except zmq.ZMQError as exc:
             log.warning("cannot send to client %s: %s", client.hex(), exc)
@@ -169,9 +174,8 @@ class EnvServer:
         self.to_client(client, [encode_envelope(kind, rid, body)])
 
     def to_worker(self, w: WorkerState, kind: str, body: dict[str, Any], rid: str = "") -> bool:
-        assert self._back is not None
         try:
-            send_now(self._back, [w.id.encode(), encode_envelope(kind, rid, body)])
+            self._back_io.send([w.id.encode(), encode_envelope(kind, rid, body)])
             return True
         except zmq.ZMQError as exc:
             log.warning("cannot send to worker %s: %s", w.id, exc)
@@ -256,14 +260,8 @@ class EnvServer:
             self.release(job)
 
     # -- client requests -------------------------------------------------------------------
-    async def _front_loop(self) -> None:
-        assert self._front is not None
-        while True:
-            frames = await self._front.recv_multipart(copy=False)
-            try:
-                self._on_request(frames[0].bytes, frames[1:])
-            except Exception:
-                log.exception("request handling failed")
+    def _on_front(self, frames: list[Any]) -> None:
+        self._on_request(frames[0].bytes, frames[1:])
 
     def _on_request(self, client: bytes, frames: list[Any]) -> None:
         try:
@@ -339,15 +337,6 @@ class EnvServer:
         self.pump()
 
     # -- worker output ---------------------------------------------------------------------
-    async def _back_loop(self) -> None:
-        assert self._back is not None
-        while True:
-            frames = await self._back.recv_multipart(copy=False)
-            try:
-                self._on_worker(frames)
-            except Exception:
-                log.exception("bad message from a worker")
-
     def _on_worker(self, frames: list[Any]) -> None:
         w = self.workers.get(frames[0].bytes.decode())
         if w is None or len(frames) < 3:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import itertools
 import logging
 from collections.abc import Callable, Sequence
@@ -18,18 +19,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import zmq
-import zmq.asyncio
 
 from .._errors import DeltaError, ProtocolError, RunTimeout, ServeError, TracewireError
 from ..codec import EpisodeAssembler, EpisodeDelta, decode_frames
 from ..trace import SCHEMA_VERSION, Episode, new_id
+from ._io import Reader, send_retry
 from ._protocol import (
     PROTOCOL_VERSION,
     cursor_list,
     decode_envelope,
     encode_envelope,
     error_from_body,
-    send_now,
 )
 
 __all__ = ["DEFAULT_TIMEOUT", "EnvClient", "OnDelta", "RunResult"]
@@ -86,9 +86,10 @@ class EnvClient:
             raise ValueError("EnvClient needs at least one server address")
         self.timeout = timeout
         self._protocol = protocol  # another value only to test the server's refusal
-        self._ctx: zmq.asyncio.Context | None = None
-        self._socks: dict[str, zmq.asyncio.Socket] = {}
-        self._loops: list[asyncio.Task[None]] = []
+        self._ctx: zmq.Context[Any] | None = None
+        self._socks: dict[str, zmq.Socket[Any]] = {}
+        # One reader per socket drains every ready message per wake-up (see _io).
+        self._readers: dict[str, Reader] = {}
         self._pending: dict[str, _Request] = {}
         self._rr = itertools.count()
 
@@ -96,7 +97,7 @@ class EnvClient:
     def _ensure(self) -> None:
         if self._ctx is not None:
             return
-        self._ctx = zmq.asyncio.Context()
+        self._ctx = zmq.Context()
         for addr in self.addresses:
             s = self._ctx.socket(zmq.DEALER)
             s.setsockopt(zmq.LINGER, 0)
@@ -105,7 +106,9 @@ class EnvClient:
             except zmq.ZMQError as exc:
                 raise ServeError(f"cannot connect to {addr}: {exc}") from exc
             self._socks[addr] = s
-            self._loops.append(asyncio.create_task(self._recv_loop(addr, s)))
+            reader = Reader(s, functools.partial(self._receive, addr), addr)
+            reader.start()
+            self._readers[addr] = reader
 
     async def connect(self, timeout: float = 10.0) -> EnvClient:
         """Check every server answers and speaks this protocol/schema version."""
@@ -122,15 +125,14 @@ class EnvClient:
         """Fail pending requests, stop the receive loops and close the sockets."""
         for req in list(self._pending.values()):
             req.fail(ServeError("client closed"))
-        for t in self._loops:
-            t.cancel()
-        await asyncio.gather(*self._loops, return_exceptions=True)
+        for r in self._readers.values():
+            r.stop()
         for s in self._socks.values():
             s.close(linger=0)
         if self._ctx is not None:
             self._ctx.term()
         self._socks.clear()
-        self._loops.clear()
+        self._readers.clear()
         self._ctx = None
 
     async def __aenter__(self) -> EnvClient:
@@ -151,7 +153,7 @@ class EnvClient:
 
     def _send_now(self, addr: str, kind: str, rid: str, body: dict[str, Any]) -> None:
         with contextlib.suppress(zmq.ZMQError):
-            send_now(self._socks[addr], [encode_envelope(kind, rid, body, proto=self._protocol)])
+            self._readers[addr].send([encode_envelope(kind, rid, body, proto=self._protocol)])
 
     async def _call(self, addr: str, kind: str, body: dict[str, Any], timeout: float,
                     req: _Request | None = None) -> Any:
@@ -164,8 +166,8 @@ class EnvClient:
         try:
             async with deadline:
                 try:
-                    await self._socks[addr].send(
-                        encode_envelope(kind, req.rid, body, proto=self._protocol))
+                    await send_retry(self._readers[addr],
+                                     [encode_envelope(kind, req.rid, body, proto=self._protocol)])
                 except zmq.ZMQError as exc:
                     raise ServeError(f"cannot send to {addr}: {exc}") from exc
                 return await req.fut
@@ -255,20 +257,11 @@ class EnvClient:
         return await self._info("stats", address, timeout)
 
     # -- receiving -------------------------------------------------------------------------
-    async def _recv_loop(self, addr: str, sock: zmq.asyncio.Socket) -> None:
-        while True:
-            try:
-                frames = await sock.recv_multipart(copy=False)
-            except zmq.ZMQError as exc:
-                if exc.errno in (zmq.ETERM, zmq.ENOTSOCK):
-                    return
-                log.warning("receive from %s failed: %s", addr, exc)
-                await asyncio.sleep(0.01)
-                continue
-            try:
-                self._on_message(addr, frames)
-            except Exception as exc:
-                log.warning("malformed message from %s skipped: %s", addr, exc)
+    def _receive(self, addr: str, frames: list[Any]) -> None:
+        try:
+            self._on_message(addr, frames)
+        except Exception as exc:
+            log.warning("malformed message from %s skipped: %s", addr, exc)
 
     def _on_message(self, addr: str, frames: list[Any]) -> None:
         try:

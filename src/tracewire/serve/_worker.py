@@ -20,11 +20,11 @@ from typing import Any
 
 import msgspec
 import zmq
-import zmq.asyncio
 
 from ..codec import EpisodeDelta, encode_frames
 from ..trace import Episode
 from ._config import WorkerConfig
+from ._io import Reader, send_retry
 from ._memory import tune_allocator
 from ._protocol import (
     JobKind,
@@ -43,15 +43,18 @@ log = logging.getLogger("tracewire.serve.worker")
 
 
 class _Worker:
-    def __init__(self, cfg: WorkerConfig, sock: zmq.asyncio.Socket, runner: Runner) -> None:
+    def __init__(self, cfg: WorkerConfig, sock: zmq.Socket[Any], runner: Runner) -> None:
         self.cfg = cfg
         self.sock = sock
         self.runner = runner
         self.jobs: dict[int, asyncio.Task[None]] = {}
         self.stopping = False
+        self.stopped = asyncio.Event()
+        # Every ready message handled per wake-up, no future per message (see _io).
+        self.io = Reader(sock, self.on_message, "broker")
 
     async def send(self, frames: list[Any]) -> None:
-        await self.sock.send_multipart(frames, copy=False)
+        await send_retry(self.io, frames)
 
     async def heartbeat(self) -> None:
         while True:
@@ -75,9 +78,10 @@ class _Worker:
         episode = Episode(env=self.cfg.env, task_key=str(task.get("key", "")), task=task,
                           group_id=body.get("group_id"), group_index=index)
 
-        async def send_delta(d: EpisodeDelta, frames: list[Any]) -> None:
-            env = encode_envelope("delta", rid, {"i": index})
-            await self.send([job_frame(job, JobKind.DELTA), env, *frames])
+        head = [job_frame(job, JobKind.DELTA), encode_envelope("delta", rid, {"i": index})]
+
+        def send_delta(d: EpisodeDelta, frames: list[Any]) -> None:
+            self.io.send([*head, *frames])  # zmq.Again: the streamer retries later
 
         streamer = EpisodeStreamer(episode, send_delta, stream=bool(body.get("stream", True)),
                                    coalesce_s=self.cfg.coalesce_s)
@@ -121,32 +125,43 @@ class _Worker:
         self.jobs[job] = t
         t.add_done_callback(lambda _t: self.jobs.pop(job, None))
 
+    def on_message(self, frames: list[Any]) -> None:
+        try:
+            env = decode_envelope(frames[0].buffer)
+        except Exception:
+            log.exception("worker %s: bad message from the broker", self.cfg.worker_id)
+            return
+        if self.stopping:
+            return
+        if env.kind == "run":
+            self.start_job(int(env.body["job"]), env.rid, env.body)
+        elif env.kind == "cancel":
+            t = self.jobs.get(int(env.body["job"]))
+            if t is not None:
+                t.cancel()
+        elif env.kind == "stop":
+            # The broker has already answered for any job still here: stop them.
+            self.stopping = True
+            for t in list(self.jobs.values()):
+                t.cancel()
+            stopper = asyncio.create_task(self._stop_jobs())
+            stopper.add_done_callback(lambda _t: self.stopped.set())
+
+    async def _stop_jobs(self) -> None:
+        if self.jobs:
+            await asyncio.gather(*self.jobs.values(), return_exceptions=True)
+
     async def serve(self) -> None:
-        while True:
-            frames = await self.sock.recv_multipart()
-            try:
-                env = decode_envelope(frames[0])
-            except Exception:
-                log.exception("worker %s: bad message from the broker", self.cfg.worker_id)
-                continue
-            if env.kind == "run":
-                self.start_job(int(env.body["job"]), env.rid, env.body)
-            elif env.kind == "cancel":
-                t = self.jobs.get(int(env.body["job"]))
-                if t is not None:
-                    t.cancel()
-            elif env.kind == "stop":
-                # The broker has already answered for any job still here: stop them.
-                self.stopping = True
-                for t in list(self.jobs.values()):
-                    t.cancel()
-                if self.jobs:
-                    await asyncio.gather(*self.jobs.values(), return_exceptions=True)
-                return
+        """Handle the broker's messages until it says ``stop``."""
+        self.io.start()
+        try:
+            await self.stopped.wait()
+        finally:
+            self.io.stop()
 
 
 async def _amain(cfg: WorkerConfig) -> int:
-    ctx = zmq.asyncio.Context()
+    ctx: zmq.Context[Any] = zmq.Context()
     sock = ctx.socket(zmq.DEALER)
     sock.setsockopt(zmq.LINGER, 2000)
     sock.setsockopt(zmq.ROUTING_ID, cfg.worker_id.encode())
@@ -158,7 +173,7 @@ async def _amain(cfg: WorkerConfig) -> int:
             runner = await cm.__aenter__()
         except Exception as exc:
             log.exception("worker %s: cannot start", cfg.worker_id)
-            await sock.send_multipart([b"", encode_envelope("fatal", "", error_body(exc))])
+            sock.send_multipart([b"", encode_envelope("fatal", "", error_body(exc))])
             return 3
         try:
             w = _Worker(cfg, sock, runner)
