@@ -8,7 +8,7 @@ wire protocol is described in :mod:`tracewire.serve._protocol`.
 from ._broker import EnvServer
 from ._client import DEFAULT_TIMEOUT, EnvClient, OnDelta, RunResult
 from ._config import DEFAULT_ADDRESS, ServerConfig
-from ._pool import LocalProcessPool, WorkerHandle, WorkerPool
+from ._pool import InlinePool, LocalProcessPool, WorkerHandle, WorkerPool
 from ._protocol import PROTOCOL_VERSION
 from ._runner import Runner, RunnerFactory, load_factory, standin_factory, standin_runner
 
@@ -18,6 +18,7 @@ __all__ = [
     "PROTOCOL_VERSION",
     "EnvClient",
     "EnvServer",
+    "InlinePool",
     "LocalProcessPool",
     "OnDelta",
     "RunResult",

@@ -101,6 +101,11 @@ class EnvServer:
             endpoint = f"ipc://{self._tmpdir}/workers.sock"
         self._back.bind(endpoint)
         self.worker_endpoint = str(self._back.getsockopt_string(zmq.LAST_ENDPOINT))
+        pool = self.workers.pool
+        if pool.in_process:
+            inproc = f"inproc://tracewire-workers-{id(self):x}"
+            self._back.bind(inproc)
+            pool.attach(self._ctx, inproc)
         self.started_at = time.time()
         self._front_io = Reader(self._front, self._on_front, "clients")
         self._back_io = Reader(self._back, self._on_worker, "workers")

@@ -14,6 +14,7 @@ import msgspec
 from ._broker import EnvServer
 from ._config import DEFAULT_ADDRESS, ServerConfig
 from ._memory import tune_allocator
+from ._pool import InlinePool
 
 __all__ = ["HELP", "configure", "run"]
 
@@ -42,6 +43,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="on shutdown, seconds to let in-flight runs finish (default 30)")
     parser.add_argument("--idle", type=float, default=d.idle_s,
                         help="stop a surplus worker idle this long (default %(default)s s)")
+    parser.add_argument("--inline", action="store_true",
+                        help="run workers as tasks in the server process (no process hop; "
+                             "only for runners that yield often, e.g. the stand-in)")
     parser.add_argument("--runner", default=None,
                         help="runner factory 'module:attribute' (default: by env)")
     parser.add_argument("--base-url", default=None,
@@ -71,7 +75,7 @@ async def _serve(args: argparse.Namespace) -> int:
                        run_timeout=args.run_timeout, queue_timeout=args.queue_timeout,
                        idle_s=args.idle)
     server = EnvServer(args.env, address=args.address, config=cfg, factory=args.runner,
-                       options=_options(args))
+                       options=_options(args), pool=InlinePool() if args.inline else None)
     await server.start()
     print(f"serving {args.env} on {server.address}", flush=True)
     loop = asyncio.get_running_loop()

@@ -12,14 +12,21 @@ from __future__ import annotations
 import abc
 import asyncio
 import contextlib
+import logging
 import os
 import sys
+from typing import Any
 
 import msgspec
+import zmq
 
+from .._errors import ServeError
 from ._config import WorkerConfig
 
-__all__ = ["LocalProcessPool", "ProcessHandle", "WorkerHandle", "WorkerPool"]
+__all__ = ["InlinePool", "LocalProcessPool", "ProcessHandle", "TaskHandle", "WorkerHandle",
+           "WorkerPool"]
+
+log = logging.getLogger("tracewire.serve")
 
 
 class WorkerHandle(abc.ABC):
@@ -43,6 +50,13 @@ class WorkerHandle(abc.ABC):
 
 class WorkerPool(abc.ABC):
     """Starts workers that connect to a broker; a backend implements this and nothing more."""
+
+    #: True when workers run inside the broker's process; the broker then also binds an
+    #: ``inproc://`` endpoint and hands it to :meth:`attach` (messages pass by reference).
+    in_process: bool = False
+
+    def attach(self, context: zmq.Context[Any], endpoint: str) -> None:  # noqa: B027
+        """Receive the broker's ZMQ context and in-process endpoint (``in_process`` pools)."""
 
     @abc.abstractmethod
     async def start(self, config: WorkerConfig) -> WorkerHandle:
@@ -86,3 +100,53 @@ class LocalProcessPool(WorkerPool):
             env={**os.environ, **self.env} if self.env else None,
         )
         return ProcessHandle(proc)
+
+
+class TaskHandle(WorkerHandle):
+    """A worker running as a task on the broker's event loop."""
+
+    def __init__(self, task: asyncio.Task[int]) -> None:
+        self.task = task
+
+    async def wait(self) -> int:
+        await asyncio.wait({self.task})
+        if self.task.cancelled():
+            return -9
+        exc = self.task.exception()
+        if exc is not None:
+            log.error("in-process worker failed: %r", exc)
+            return 1
+        return self.task.result()
+
+    def kill(self) -> None:
+        self.task.cancel()
+
+    def terminate(self) -> None:
+        self.task.cancel()
+
+
+class InlinePool(WorkerPool):
+    """Runs each worker as a task in the broker's process, connected over ``inproc://``.
+
+    No process hop and no copy between broker and worker, so on a small machine more of it
+    is left for the runners; but runners share the broker's event loop, so use it only for
+    runners that yield often (e.g. the stand-in), and there is no isolation from crashes.
+    """
+
+    in_process = True
+
+    def __init__(self) -> None:
+        self.context: zmq.Context[Any] | None = None
+        self.endpoint: str | None = None
+
+    def attach(self, context: zmq.Context[Any], endpoint: str) -> None:
+        self.context, self.endpoint = context, endpoint
+
+    async def start(self, config: WorkerConfig) -> WorkerHandle:
+        from ._worker import serve_worker  # the worker module is heavier; load on use
+
+        if self.context is None or self.endpoint is None:
+            raise ServeError("InlinePool is not attached to a server")
+        cfg = msgspec.structs.replace(config, endpoint=self.endpoint)
+        return TaskHandle(asyncio.create_task(serve_worker(cfg, self.context),
+                                              name=f"inline-{config.worker_id}"))

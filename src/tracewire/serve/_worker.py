@@ -37,7 +37,7 @@ from ._protocol import (
 from ._runner import Runner, load_factory
 from ._stream import EpisodeStreamer
 
-__all__ = ["main"]
+__all__ = ["main", "serve_worker"]
 
 log = logging.getLogger("tracewire.serve.worker")
 
@@ -160,8 +160,13 @@ class _Worker:
             self.io.stop()
 
 
-async def _amain(cfg: WorkerConfig) -> int:
-    ctx: zmq.Context[Any] = zmq.Context()
+async def serve_worker(cfg: WorkerConfig, context: zmq.Context[Any] | None = None) -> int:
+    """Run one worker on the running loop until the broker stops it; returns its exit status.
+
+    With ``context`` (the broker's, for an ``inproc://`` endpoint) the worker shares it and
+    leaves it open; otherwise it has its own.
+    """
+    ctx: zmq.Context[Any] = context if context is not None else zmq.Context()
     sock = ctx.socket(zmq.DEALER)
     sock.setsockopt(zmq.LINGER, 2000)
     sock.setsockopt(zmq.ROUTING_ID, cfg.worker_id.encode())
@@ -192,7 +197,8 @@ async def _amain(cfg: WorkerConfig) -> int:
         return 0
     finally:
         sock.close()
-        ctx.term()
+        if context is None:
+            ctx.term()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -202,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
                         format="%(asctime)s worker %(process)d %(levelname)s %(message)s")
     cfg = msgspec.json.decode(args[0], type=WorkerConfig)
     tune_allocator()
-    return asyncio.run(_amain(cfg))
+    return asyncio.run(serve_worker(cfg))
 
 
 if __name__ == "__main__":
