@@ -183,13 +183,14 @@ async def _throughput(one: Any, episodes: int, inflight: int) -> float:
     return episodes / (time.perf_counter() - t0)
 
 
-async def main(runs: int, episodes: int) -> None:
+async def main(runs: int, episodes: int, inline: bool, tune: bool) -> None:
     ours_proc, ours_addr = _start([sys.executable, "-m", "tracewire", "serve", "standin",
-                                   "--address", "tcp://127.0.0.1:0"])
+                                   "--address", "tcp://127.0.0.1:0",
+                                   *(["--inline"] if inline else [])])
     base_proc, base_addr = _start([sys.executable, __file__, "--baseline-server",
                                    "tcp://127.0.0.1:0"])
     try:
-        client = EnvClient(ours_addr)
+        client = EnvClient(ours_addr, tune_memory=tune)
         await client.connect(timeout=60)
         while not (await client.health())["healthy"]:
             await asyncio.sleep(0.05)
@@ -226,9 +227,13 @@ if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--episodes", type=int, default=400)
+    ap.add_argument("--inline", action="store_true",
+                    help="serve with workers inside the server process (tracewire serve --inline)")
+    ap.add_argument("--tune-client", action="store_true",
+                    help="EnvClient(tune_memory=True) in this (client) process")
     ap.add_argument("--baseline-server", metavar="ADDRESS", default=None)
     a = ap.parse_args()
     if a.baseline_server:
         asyncio.run(baseline_server(a.baseline_server))
     else:
-        asyncio.run(main(a.runs, a.episodes))
+        asyncio.run(main(a.runs, a.episodes, a.inline, a.tune_client))

@@ -24,6 +24,7 @@ from .._errors import DeltaError, ProtocolError, RunTimeout, ServeError, Tracewi
 from ..codec import EpisodeAssembler, EpisodeDelta, decode_frames
 from ..trace import SCHEMA_VERSION, Episode, new_id
 from ._io import Reader, send_retry
+from ._memory import tune_allocator
 from ._protocol import (
     PROTOCOL_VERSION,
     cursor_list,
@@ -77,13 +78,21 @@ class _Request:
 
 
 class EnvClient:
-    """Client of one or several env servers; spreads runs over them by pending load."""
+    """Client of one or several env servers; spreads runs over them by pending load.
+
+    ``tune_memory`` raises this process's glibc mmap/trim thresholds (see
+    :func:`~tracewire.serve._memory.tune_allocator`) so received token memory is reused
+    instead of page-faulted anew for every episode; it affects the whole process, so it
+    is off by default (turn it on where the process mainly consumes episodes).
+    """
 
     def __init__(self, address: str | Sequence[str], *, timeout: float = DEFAULT_TIMEOUT,
-                 protocol: int = PROTOCOL_VERSION) -> None:
+                 protocol: int = PROTOCOL_VERSION, tune_memory: bool = False) -> None:
         self.addresses = [address] if isinstance(address, str) else list(address)
         if not self.addresses:
             raise ValueError("EnvClient needs at least one server address")
+        if tune_memory:
+            tune_allocator()
         self.timeout = timeout
         self._protocol = protocol  # another value only to test the server's refusal
         self._ctx: zmq.Context[Any] | None = None
