@@ -171,6 +171,14 @@ class Columns:
         extra = {k: v for k, v in arrays.items() if k not in BASE_COLUMNS}
         return self.append(ids, arrays.get("mask", 0), arrays.get("logprobs"), extra or None)
 
+    def reserve(self, rows: int) -> None:
+        """Make room for ``rows`` tokens in total, so appends up to there never reallocate.
+
+        A capacity hint for writers that know their budget; contents are unchanged.
+        """
+        if rows > self._cap:
+            self._reserve(rows)
+
     def _reserve(self, need: int) -> None:
         arrays = self._arrays
         for name, arr in arrays.items():
