@@ -12,6 +12,7 @@ from .._errors import ProxyError
 from ._dialect import Adapter, Streamer, UpReq, up_from_dict
 from ._graph import Outcome
 from ._http import BadRequest, sse
+from ._rawjson import RawSpan
 
 __all__ = ["AnthropicAdapter", "count_tokens_request"]
 
@@ -177,7 +178,7 @@ class _AnthropicStreamer(Streamer):
         return sse({"type": "content_block_delta", "index": self.block, "delta": delta},
                    "content_block_delta")
 
-    def chunk(self, line: bytes, d: dict[str, Any]) -> bytes:
+    def chunk(self, line: bytes, d: dict[str, Any], span: RawSpan | None = None) -> bytes:
         out = b""
         for ch in d.get("choices") or ():
             if ch.get("index", 0) != 0:

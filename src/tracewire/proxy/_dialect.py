@@ -4,17 +4,19 @@ render upstream answers back (OpenAI chat is a pass-through; see ``_anthropic`` 
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
 import orjson
 
-from ._graph import NewMessage, Outcome, canonical_digest, chat_message, raw_hash
+from ._graph import NewMessage, Outcome, RequestCache, canonical_digest, chat_message, raw_hash
 from ._http import BadRequest, sse
+from ._rawjson import SENTINEL_JSON, RawSpan, find_value, render, skip_ws
 from ._upstream import strip_added
 
-__all__ = ["SAMPLING_KEYS", "Adapter", "ChatAdapter", "Streamer", "UpReq"]
+__all__ = ["SAMPLING_KEYS", "Adapter", "ChatAdapter", "Spliced", "Streamer", "UpReq"]
 
 SAMPLING_KEYS = (
     "temperature", "top_p", "top_k", "min_p", "max_tokens", "max_completion_tokens", "n",
@@ -22,6 +24,9 @@ SAMPLING_KEYS = (
     "logprobs", "top_logprobs", "tool_choice",
 )
 _Top = dict[str, msgspec.Raw]
+_decode_top = msgspec.json.Decoder(_Top).decode
+_decode_list = msgspec.json.Decoder(list[msgspec.Raw]).decode
+_CLOSE = 0x5D
 
 
 @dataclass
@@ -43,6 +48,19 @@ class UpReq:
     retry_material: bytes = b""
     #: The original request (translated dialects need it to render answers).
     original: dict[str, Any] | None = None
+    #: Chat pass-through that extends the session's last request byte for byte: ``raws``
+    #: and ``hashes`` hold only the messages after that prefix, whose path ends at ``base``.
+    extends: bool = False
+    base: int | None = None
+    #: Where the messages array lies in the body, and a blake2b state over every message's
+    #: raw hash (what the session caches for the next request).
+    msgs_span: RawSpan | None = None
+    hasher: Any = None
+
+    def forget_raw(self, body: dict[str, Any]) -> None:
+        """Switch to dict form (a request hook rewrote the body): no raw fast paths."""
+        self.body, self.top, self.raws, self.hashes = body, None, None, None
+        self.extends, self.base, self.msgs_span, self.hasher = False, None, None, None
 
     def as_dict(self) -> dict[str, Any]:
         """The chat request as a dict (decodes the pass-through form once)."""
@@ -61,8 +79,22 @@ class UpReq:
             top[k] = orjson.dumps(v)
         return b"{" + b",".join(orjson.dumps(k) + b":" + v for k, v in top.items()) + b"}"
 
+    def all_messages(self) -> list[NewMessage]:
+        """Every message of the request decoded and digested (a mismatch re-roots them all;
+        ``new_messages`` may cover only the tail after a known prefix)."""
+        if self.extends:
+            assert self.top is not None
+            raws = [bytes(r) for r in _decode_list(self.top["messages"])]
+            out = []
+            for raw in raws:
+                msg = chat_message(orjson.loads(raw))
+                out.append(NewMessage(msg, canonical_digest(msg), raw_hash(raw)))
+            return out
+        return self.new_messages(0)
+
     def new_messages(self, start: int) -> list[NewMessage]:
-        """Messages ``start..`` decoded, canonically digested (with raw hashes if any)."""
+        """Messages ``start..`` of ``raws`` (or of the dict form) decoded, canonically
+        digested (with raw hashes if any)."""
         if self.raws is not None:
             assert self.hashes is not None
             out = []
@@ -85,20 +117,7 @@ def _scalars(up: UpReq, get: Any) -> None:
     up.sampling = {k: v for k in SAMPLING_KEYS if (v := get(k)) is not None}
 
 
-def parse_chat_bytes(body: bytes) -> UpReq:
-    """Split a chat-completions body without decoding the messages (the fast path)."""
-    try:
-        top = msgspec.json.decode(body, type=_Top)
-        if "messages" not in top:
-            raise BadRequest(400, "'messages' is required")
-        raws = msgspec.json.decode(top["messages"], type=list[msgspec.Raw])
-    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-        raise BadRequest(400, f"malformed JSON body: {exc}") from exc
-    tb = {k: bytes(v) for k, v in top.items()}
-    rb = [bytes(r) for r in raws]
-    hashes = [raw_hash(r) for r in rb]
-    up = UpReq(top=tb, raws=rb, hashes=hashes)
-
+def _finish(up: UpReq, tb: dict[str, bytes]) -> UpReq:
     def get(k: str) -> Any:
         v = tb.get(k)
         return None if v is None else orjson.loads(v)
@@ -107,8 +126,86 @@ def parse_chat_bytes(body: bytes) -> UpReq:
     up.want_ids = bool(get("return_token_ids"))
     up.want_logprobs = bool(get("logprobs"))
     rest = b"".join(v for k, v in sorted(tb.items()) if k != "messages")
-    up.retry_material = b"".join(hashes) + rest
+    up.retry_material = up.hasher.digest() + rest
     return up
+
+
+def _messages_span(body: bytes, raw: bytes) -> RawSpan | None:
+    """Where the top-level messages array ``raw`` lies in ``body`` (None if not found)."""
+    j = find_value(body, b"messages")
+    if j < 0 or not body.startswith(raw, j):
+        return None
+    return RawSpan(body, j, j + len(raw))
+
+
+def parse_chat_bytes(body: bytes) -> UpReq:
+    """Split a chat-completions body without decoding the messages (the fast path)."""
+    try:
+        top = _decode_top(body)
+        if "messages" not in top:
+            raise BadRequest(400, "'messages' is required")
+        raws = _decode_list(top["messages"])
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise BadRequest(400, f"malformed JSON body: {exc}") from exc
+    tb = {k: bytes(v) for k, v in top.items()}
+    rb = [bytes(r) for r in raws]
+    hashes = [raw_hash(r) for r in rb]
+    hasher = hashlib.blake2b(b"".join(hashes), digest_size=16)
+    up = UpReq(top=tb, raws=rb, hashes=hashes, hasher=hasher,
+               msgs_span=_messages_span(body, tb["messages"]))
+    return _finish(up, tb)
+
+
+@dataclass(slots=True)
+class Spliced:
+    """A chat body whose messages start with the cached request's messages: ``rest`` is the
+    body with that prefix replaced by the placeholder (small: only the new messages)."""
+
+    body: bytes
+    rest: bytes
+    start: int  # offset of the messages array in body
+    after: int  # offset in body of what follows the cached prefix ("," or "]")
+    cache: RequestCache
+
+
+def splice_chat(body: bytes, cache: RequestCache | None) -> Spliced | None:
+    """Cheap check (a find and a memcmp) that ``body``'s messages array begins with the
+    cached request's messages, byte for byte, at a message boundary."""
+    if cache is None:
+        return None
+    j = find_value(body, b"messages")
+    c = cache.raw
+    if j < 0 or not body.startswith(memoryview(c.data)[c.start:cache.stop], j):
+        return None
+    p = skip_ws(body, j + cache.stop - c.start)
+    if p >= len(body) or body[p] not in b",]":
+        return None
+    return Spliced(body, body[:j] + b"[" + SENTINEL_JSON + body[p:], j, p, cache)
+
+
+def parse_spliced(sp: Spliced) -> UpReq | None:
+    """Parse a spliced body: only the new messages are split and hashed. None when the
+    placeholder is not the first top-level message (the caller parses the full body)."""
+    try:
+        top = _decode_top(sp.rest)
+        mraw = top.get("messages")
+        raws = _decode_list(mraw) if mraw is not None else []
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None
+    if not raws or bytes(raws[0]) != SENTINEL_JSON or mraw is None:
+        return None
+    end = sp.after + len(mraw) - 1 - len(SENTINEL_JSON)
+    if sp.body[end - 1] != _CLOSE:
+        return None
+    tb = {k: bytes(v) for k, v in top.items()}
+    tb["messages"] = sp.body[sp.start:end]
+    rb = [bytes(r) for r in raws[1:]]
+    hashes = [raw_hash(r) for r in rb]
+    hasher = sp.cache.hasher.copy()
+    hasher.update(b"".join(hashes))
+    up = UpReq(top=tb, raws=rb, hashes=hashes, hasher=hasher, extends=True,
+               base=sp.cache.node, msgs_span=RawSpan(sp.body, sp.start, end))
+    return _finish(up, tb)
 
 
 def up_from_dict(body: dict[str, Any], original: dict[str, Any], raw: bytes) -> UpReq:
@@ -128,8 +225,9 @@ class Streamer:
         """Bytes opening the stream (written once the response is prepared)."""
         return b""
 
-    def chunk(self, line: bytes, d: dict[str, Any]) -> bytes:
-        """Bytes to relay for one upstream data line (parsed as ``d``)."""
+    def chunk(self, line: bytes, d: dict[str, Any], span: RawSpan | None = None) -> bytes:
+        """Bytes to relay for one upstream data line (parsed as ``d``; ``span``: where its
+        prompt ids lie when ``d`` holds the placeholder)."""
         raise NotImplementedError
 
     def done(self, out: Outcome) -> bytes:
@@ -147,6 +245,14 @@ class Adapter:
         """Parse (and translate) a harness request body; ``BadRequest`` if malformed."""
         raise NotImplementedError
 
+    def splice(self, body: bytes, cache: RequestCache | None) -> Spliced | None:
+        """The cheap known-prefix check (chat pass-through only)."""
+        return None
+
+    def parse_spliced(self, sp: Spliced) -> UpReq | None:
+        """Parse a body :meth:`splice` accepted (None: parse it in full instead)."""
+        return None
+
     def reply(self, up: UpReq, d: dict[str, Any], out: Outcome, raw: bytes | None) -> bytes:
         """The non-streamed answer body for the harness."""
         raise NotImplementedError
@@ -161,10 +267,10 @@ class _ChatStreamer(Streamer):
         self.strip_ids = not up.want_ids and "return_token_ids" in token_fields
         self.strip_lp = not up.want_logprobs and "logprobs" in token_fields
 
-    def chunk(self, line: bytes, d: dict[str, Any]) -> bytes:
+    def chunk(self, line: bytes, d: dict[str, Any], span: RawSpan | None = None) -> bytes:
         if self.strip_ids or self.strip_lp:
             strip_added(d, ids=self.strip_ids, logprobs=self.strip_lp)
-            return sse(d)
+            return sse(render(d, span))
         return line + b"\n\n"
 
     def done(self, out: Outcome) -> bytes:
@@ -183,13 +289,19 @@ class ChatAdapter(Adapter):
     def parse(self, body: bytes) -> UpReq:
         return parse_chat_bytes(body)
 
+    def splice(self, body: bytes, cache: RequestCache | None) -> Spliced | None:
+        return splice_chat(body, cache)
+
+    def parse_spliced(self, sp: Spliced) -> UpReq | None:
+        return parse_spliced(sp)
+
     def reply(self, up: UpReq, d: dict[str, Any], out: Outcome, raw: bytes | None) -> bytes:
         strip_ids = not up.want_ids and "return_token_ids" in self.token_fields
         strip_lp = not up.want_logprobs and "logprobs" in self.token_fields
         if not (strip_ids or strip_lp) and raw is not None:
             return raw
         strip_added(d, ids=strip_ids, logprobs=strip_lp)
-        return orjson.dumps(d)
+        return render(d, out.span)
 
     def streamer(self, up: UpReq) -> Streamer:
         return _ChatStreamer(up, self.token_fields)

@@ -22,9 +22,11 @@ import orjson
 from numpy.typing import NDArray
 
 from ..trace import Call, Message, ToolCall, Trace
+from ._prompt import PromptCache, PromptIds
+from ._rawjson import RawSpan
 
-__all__ = ["Choice", "NewMessage", "Outcome", "Prepared", "TurnGraph", "canonical_digest",
-           "chat_message", "raw_hash"]
+__all__ = ["Choice", "NewMessage", "Outcome", "Prepared", "RequestCache", "TurnGraph",
+           "canonical_digest", "chat_message", "raw_hash"]
 
 
 def raw_hash(raw: bytes) -> bytes:
@@ -99,6 +101,17 @@ def chat_message(d: Any) -> Message:
     )
 
 
+@dataclass(slots=True, frozen=True)
+class RequestCache:
+    """The last committed chat request's messages array (raw text, by reference), the node
+    whose path holds exactly those messages, and a hash state over their raw hashes."""
+
+    raw: RawSpan
+    stop: int  # raw.data[raw.start:stop] is the array text before its closing bracket
+    node: int
+    hasher: Any  # hashlib.blake2b state after every message's raw hash
+
+
 @dataclass(slots=True)
 class NewMessage:
     """A request message not found in the graph yet."""
@@ -144,7 +157,10 @@ class Outcome:
     """What the upstream answered: model, prompt ids (if any), choices, usage."""
 
     model: str = ""
-    prompt_ids: NDArray[np.int32] | None = None
+    prompt: PromptIds | None = None
+    #: Where the prompt ids lie in the upstream's raw body when the parsed dict holds the
+    #: placeholder instead (see ``_rawjson``).
+    span: RawSpan | None = None
     choices: list[Choice] = field(default_factory=list)
     usage: dict[str, int] = field(default_factory=dict)
 
@@ -152,10 +168,15 @@ class Outcome:
 class TurnGraph:
     """Matching index over one trace's message graph; the proxy's only writer of it."""
 
-    __slots__ = ("_children", "_fast", "_plen", "_pok", "_pspan", "trace")
+    __slots__ = ("_children", "_fast", "_plen", "_pok", "_pspan", "prompt_cache",
+                 "request_cache", "trace")
 
     def __init__(self, trace: Trace) -> None:
         self.trace = trace
+        #: The last committed prompt's raw ids text and node (see ``_prompt``).
+        self.prompt_cache: PromptCache | None = None
+        #: The last committed chat request's raw messages text and node (see ``_dialect``).
+        self.request_cache: RequestCache | None = None
         self._children: dict[tuple[int | None, str], int] = {}
         self._fast: dict[tuple[int | None, bytes], int] = {}
         self._plen: list[int] = []
@@ -186,9 +207,10 @@ class TurnGraph:
         self._pspan.append(span)
 
     # -- matching ------------------------------------------------------------------------
-    def match_fast(self, hashes: list[bytes]) -> tuple[int | None, int]:
-        """Follow raw-hash aliases from the root; returns (parent, messages matched)."""
-        parent: int | None = None
+    def match_fast(self, hashes: list[bytes], parent: int | None = None
+                   ) -> tuple[int | None, int]:
+        """Follow raw-hash aliases from ``parent`` (default: the root); returns (parent,
+        messages matched)."""
         fast = self._fast
         k = 0
         for h in hashes:
@@ -227,6 +249,59 @@ class TurnGraph:
             return plen, True, self.trace.tokens.ids[s:e]
         return plen, True, self.trace.branch(node).ids
 
+    def _materialize(self, prompt: PromptIds) -> NDArray[np.int32]:
+        """The prompt's full ids (O(prompt); only on a mismatch or a foreign base)."""
+        if prompt.full is not None:
+            return prompt.full
+        _, ok, base = self.path_ids(prompt.base)
+        assert ok and base is not None  # a cached base always has tokens
+        return np.concatenate([base, prompt.tail])
+
+    def _segment(self, base: int, base_len: int, node: int | None
+                 ) -> NDArray[np.int32] | None:
+        """Ids of the path from ``base`` (exclusive) down to ``node``, or None when ``base``
+        is not on the path of ``node``. Walks only the nodes past ``base``."""
+        nodes = self.trace.nodes
+        parts: list[tuple[int, int]] = []
+        x = node
+        while x is not None and x != base:
+            if x < base or self._plen[x] < base_len:
+                return None  # parents have lower indices: base is not above node
+            nd = nodes[x]
+            if nd.end > nd.start:
+                parts.append((nd.start, nd.end))
+            x = nd.parent
+        if x != base:
+            return None
+        ids = self.trace.tokens.ids
+        if not parts:
+            return ids[:0]
+        if len(parts) == 1:
+            return ids[parts[0][0]:parts[0][1]]
+        return np.concatenate([ids[a:b] for a, b in reversed(parts)])
+
+    def _extension(self, node: int | None, prompt: PromptIds, has_new: bool
+                   ) -> NDArray[np.int32] | None:
+        """The prompt's ids past the path of ``node`` when the prompt extends that path
+        (and only equals it when there is no new message); None on a mismatch."""
+        plen, ok = (0, True) if node is None else (self._plen[node], self._pok[node])
+        n = len(prompt)
+        if not ok or n < plen or (not has_new and n != plen):
+            return None
+        if prompt.full is None and prompt.base is not None:
+            seg = self._segment(prompt.base, prompt.base_len, node)
+            if seg is not None:
+                # The first base_len ids are the path of base (memcmp'd as text); compare
+                # only what the path adds after base.
+                k = seg.shape[0]
+                tail = prompt.tail
+                return tail[k:] if np.array_equal(tail[:k], seg) else None
+        full = self._materialize(prompt)
+        _, _, pids = self.path_ids(node)
+        if pids is None or not np.array_equal(full[:plen], pids):
+            return None
+        return full[plen:]
+
     def _add(
         self, nm: NewMessage, parent: int | None, *, sampled: bool = False,
         ids: Any = None, logprobs: Any = None, has_tokens: bool = True,
@@ -250,31 +325,29 @@ class TurnGraph:
         per choice; returns the completion node indices. Runs without awaiting, so a turn
         is committed whole or not at all."""
         parent, new = self.match_rest(prep.parent, prep.new)
-        prompt = out.prompt_ids
+        prompt = out.prompt
         trace = self.trace
         if prompt is None:
             for nm in new:
                 parent = self._add(nm, parent, has_tokens=False)
         else:
-            plen, ok, pids = self.path_ids(parent)
-            extends = (
-                ok and pids is not None and prompt.shape[0] >= plen
-                and (bool(new) or prompt.shape[0] == plen)
-                and np.array_equal(prompt[:plen], pids)
-            )
-            if extends:
+            rest = self._extension(parent, prompt, bool(new))
+            if rest is not None:
                 for j, nm in enumerate(new):
                     last = j == len(new) - 1
-                    parent = self._add(
-                        nm, parent, ids=prompt[plen:] if last else prompt[:0]
-                    )
+                    parent = self._add(nm, parent, ids=rest if last else rest[:0])
             else:
                 trace.info["token_mismatches"] = int(trace.info.get("token_mismatches", 0)) + 1
+                full = self._materialize(prompt)
                 parent = None
                 every = all_messages()
                 for j, nm in enumerate(every):
                     last = j == len(every) - 1
-                    parent = self._add(nm, parent, ids=prompt if last else prompt[:0])
+                    parent = self._add(nm, parent, ids=full if last else full[:0])
+            if prompt.raw is not None and parent is not None and len(prompt):
+                # The path of ``parent`` now holds exactly this prompt's ids.
+                self.prompt_cache = PromptCache(prompt.raw, prompt.raw.content_end(), parent,
+                                                len(prompt))
         nodes: list[int] = []
         for ch in out.choices:
             msg = ch.message()

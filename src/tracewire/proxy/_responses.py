@@ -11,6 +11,7 @@ import orjson
 from ._dialect import Adapter, Streamer, UpReq, up_from_dict
 from ._graph import Outcome
 from ._http import BadRequest, sse
+from ._rawjson import RawSpan
 
 __all__ = ["ResponsesAdapter"]
 
@@ -206,7 +207,7 @@ class _ResponsesStreamer(Streamer):
                           part={"type": "output_text", "text": "", "annotations": []})
         return b
 
-    def chunk(self, line: bytes, d: dict[str, Any]) -> bytes:
+    def chunk(self, line: bytes, d: dict[str, Any], span: RawSpan | None = None) -> bytes:
         out = b""
         for ch in d.get("choices") or ():
             if ch.get("index", 0) != 0:

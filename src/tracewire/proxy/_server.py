@@ -20,12 +20,14 @@ from ..trace import Call, Span, Trace
 from ._anthropic import AnthropicAdapter, count_tokens_request
 from ._config import ProxyConfig
 from ._dialect import Adapter, ChatAdapter, UpReq
-from ._graph import Outcome, Prepared
+from ._graph import Outcome, Prepared, RequestCache
 from ._http import BadRequest, error_response
+from ._prompt import PromptIds, parse_full, parse_tail
+from ._rawjson import RawSpan
 from ._responses import ResponsesAdapter
 from ._session import Session, SessionRegistry
 from ._stream import relay_stream
-from ._upstream import outcome_of
+from ._upstream import cut_ok, cut_prompt, outcome_of
 
 __all__ = ["Proxy"]
 
@@ -250,7 +252,7 @@ class Proxy:
     # -- one turn --------------------------------------------------------------------------
     def _match(self, session: Session, up: UpReq) -> Prepared:
         g = session.graph
-        parent, k = g.match_fast(up.hashes) if up.hashes is not None else (None, 0)
+        parent, k = g.match_fast(up.hashes, up.base) if up.hashes is not None else (None, 0)
         try:
             rest = up.new_messages(k)
         except (ValueError, TypeError) as exc:
@@ -268,7 +270,14 @@ class Proxy:
     async def _turn(self, request: web.Request, adapter: Adapter) -> web.StreamResponse:
         session = self._auth(request)
         body = await self._body(request)
-        up = await self._offload(len(body), adapter.parse, body)
+        up: UpReq | None = None
+        # A harness resends its history: when the messages extend the last committed
+        # request byte for byte, only the new ones are parsed and hashed.
+        sp = adapter.splice(body, session.graph.request_cache)
+        if sp is not None:
+            up = await self._offload(len(sp.rest), adapter.parse_spliced, sp)
+        if up is None:
+            up = await self._offload(len(body), adapter.parse, body)
         hooks: list[str] = []
         if self.config.request_hooks:
             d = up.as_dict()
@@ -277,7 +286,7 @@ class Proxy:
                 if r is not None:
                     d = r
                 hooks.append(getattr(hook, "__name__", repr(hook)))
-            up.body, up.top, up.raws, up.hashes = d, None, None, None
+            up.forget_raw(d)
         stop = self._limit(session)
         if stop is not None:
             session.trace.stop = stop
@@ -305,11 +314,17 @@ class Proxy:
         def commit(out: Outcome) -> None:
             assert call.span is not None
             call.span.end = time.time()
-            session.graph.commit(prep, out, call, lambda: up.new_messages(0))
+            nodes = session.graph.commit(prep, out, call, up.all_messages)
+            span = up.msgs_span
+            if nodes and span is not None and up.hasher is not None:
+                last = session.trace.nodes[nodes[0]].parent
+                if last is not None:
+                    session.graph.request_cache = RequestCache(
+                        span, span.content_end(), last, up.hasher)
             session.turns += 1
             total = out.usage.get("total_tokens")
-            if total is None and out.prompt_ids is not None:
-                total = len(out.prompt_ids) + max(
+            if total is None and out.prompt is not None:
+                total = len(out.prompt) + max(
                     (len(c.token_ids or ()) for c in out.choices), default=0)
             session.last_total_tokens = int(total or 0)
 
@@ -322,6 +337,43 @@ class Proxy:
             return await relay_stream(
                 self, request, adapter, up, payload, call, session, commit, remember)
         return await self._unary(request, adapter, up, payload, call, session, commit, remember)
+
+    async def _outcome(self, session: Session, data: bytes, call: Call
+                       ) -> tuple[dict[str, Any], Outcome, bool]:
+        """Parse a non-streamed upstream answer: (its dict, the outcome, whether a hook
+        replaced the dict). Without response hooks the prompt ids array is cut out of the
+        body unparsed (see ``_rawjson``/``_prompt``)."""
+        hooks = self.config.response_hooks
+        d: Any = None
+        span: RawSpan | None = None
+        size = len(data)
+        if not hooks:
+            cut = cut_prompt(data)
+            if cut is not None:
+                rest, cspan, name = cut
+                try:
+                    d = await self._offload(len(rest), orjson.loads, rest)
+                except orjson.JSONDecodeError:
+                    d = None
+                if cut_ok(d, name):
+                    span, size = cspan, len(rest)
+                else:
+                    d = None
+        if d is None:
+            d = await self._offload(len(data), orjson.loads, data)
+        if not isinstance(d, dict) or not isinstance(d.get("choices"), list):
+            raise ValueError("no choices")
+        rewritten = False
+        for hook in hooks:
+            res = hook(session, call.endpoint, d)
+            if res is not None:
+                d, rewritten = res, True
+            call.hooks.append(getattr(hook, "__name__", repr(hook)))
+        out = await self._offload(size, outcome_of, d, span is not None)
+        if span is not None:
+            out.span = span
+            out.prompt = await read_prompt(self, session, span)
+        return d, out, rewritten
 
     async def _unary(
         self, request: web.Request, adapter: Adapter, up: UpReq, payload: bytes, call: Call,
@@ -343,16 +395,7 @@ class Proxy:
             session.graph.fail(call, msg)
             return error_response(adapter.dialect, status if status < 500 else 502, msg)
         try:
-            d = await self._offload(len(data), orjson.loads, data)
-            if not isinstance(d, dict) or not isinstance(d.get("choices"), list):
-                raise ValueError("no choices")
-            rewritten = False
-            for hook in self.config.response_hooks:
-                res = hook(session, adapter.endpoint, d)
-                if res is not None:
-                    d, rewritten = res, True
-                call.hooks.append(getattr(hook, "__name__", repr(hook)))
-            out = await self._offload(len(data), outcome_of, d)
+            d, out, rewritten = await self._outcome(session, data, call)
         except (ValueError, TypeError, AttributeError) as exc:
             msg = f"upstream answered something unusable: {exc}"
             session.graph.fail(call, msg)
@@ -364,6 +407,15 @@ class Proxy:
         body = adapter.reply(up, d, out, None if rewritten else data)
         remember((200, "application/json", body))
         return web.Response(body=body, content_type="application/json")
+
+
+async def read_prompt(proxy: Proxy, session: Session, span: RawSpan) -> PromptIds | None:
+    """The prompt ids at ``span``: only the tail past the cached prompt is parsed when it
+    extends it; otherwise the whole array, in a thread when big."""
+    prompt = parse_tail(span, session.graph.prompt_cache)
+    if prompt is None:
+        prompt = await proxy._offload(span.end - span.start, parse_full, span)
+    return prompt
 
 
 def _upstream_message(data: bytes, status: int) -> str:

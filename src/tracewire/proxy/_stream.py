@@ -8,14 +8,13 @@ from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any
 
 import aiohttp
-import orjson
 from aiohttp import web
 
 from ..trace import Call
 from ._dialect import Adapter, UpReq
 from ._graph import Outcome
 from ._http import error_response, sse_error
-from ._upstream import StreamAccumulator
+from ._upstream import StreamAccumulator, loads_split
 
 if TYPE_CHECKING:
     from ._server import Proxy
@@ -69,7 +68,7 @@ async def relay_stream(
     remember: Callable[[tuple[int, str, bytes | list[bytes]]], None],
 ) -> web.StreamResponse:
     """Serve one streamed turn; see the module docstring."""
-    from ._server import _upstream_message
+    from ._server import _upstream_message, read_prompt
 
     client = proxy._client
     assert client is not None
@@ -122,18 +121,19 @@ async def relay_stream(
                     finished = True
                     break
                 try:
-                    d = orjson.loads(data)
-                except orjson.JSONDecodeError as exc:
+                    # The chunk carrying the prompt ids (vLLM: the first) keeps them unparsed.
+                    d, span = loads_split(data)
+                except ValueError as exc:
                     raise _UpstreamFailed(502, f"upstream sent a malformed chunk: {exc}") from exc
-                if not isinstance(d, dict):
-                    raise _UpstreamFailed(502, "upstream sent a non-object chunk")
                 if "error" in d and not d.get("choices"):
                     raise _UpstreamFailed(502, _upstream_message(data, 502))
-                acc.add(d)
-                out_b = streamer.chunk(line, d)
+                acc.add(d, span)
+                out_b = streamer.chunk(line, d, span)
                 if out_b:
                     await write(out_b)
             out = acc.finish()
+            if acc.prompt_span is not None:
+                out.prompt = await read_prompt(proxy, session, acc.prompt_span)
             if not out.choices or not (finished or all(c.finish_reason for c in out.choices)):
                 raise _UpstreamFailed(502, "upstream stream ended before the answer finished")
         except (aiohttp.ClientError, TimeoutError) as exc:

@@ -10,13 +10,17 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
 import orjson
 
 from ..trace import ToolCall
 from ._graph import Choice, Outcome
+from ._prompt import PromptIds, as_ids
+from ._rawjson import SENTINEL, RawSpan, cut_array
 
-__all__ = ["StreamAccumulator", "outcome_of", "strip_added"]
+__all__ = ["StreamAccumulator", "cut_ok", "cut_prompt", "loads_split", "outcome_of",
+           "strip_added"]
+
+_PROMPT_KEYS = (b"prompt_token_ids", b"input_ids")
 
 
 def _prompt_ids(d: dict[str, Any]) -> Any:
@@ -31,10 +35,40 @@ def _prompt_ids(d: dict[str, Any]) -> Any:
     return ids
 
 
-def _as_ids(ids: Any) -> np.ndarray[Any, np.dtype[np.int32]] | None:
-    if not isinstance(ids, list) or (ids and isinstance(ids[0], list)):
-        return None
-    return np.array(ids, dtype=np.int32)
+def cut_prompt(data: bytes) -> tuple[bytes, RawSpan, str] | None:
+    """Cheap first step of :func:`loads_split`: (the body with its prompt ids array replaced
+    by the placeholder, where the array lies, its key), or None when there is none."""
+    for key in _PROMPT_KEYS:
+        cut = cut_array(data, key)
+        if cut is not None:
+            return cut[0], cut[1], key.decode()
+    return None
+
+
+def cut_ok(d: Any, name: str) -> bool:
+    """Whether ``d`` (the parsed cut body) holds the placeholder at the top level, i.e. the
+    cut array was the prompt ids the full parse would read."""
+    return isinstance(d, dict) and d.get(name) == SENTINEL and (
+        name == "prompt_token_ids" or d.get("prompt_token_ids") is None)
+
+
+def loads_split(data: bytes) -> tuple[dict[str, Any], RawSpan | None]:
+    """Parse an upstream body or chunk, leaving its top-level prompt ids array unparsed:
+    returns (the object with that array replaced by a placeholder, where the array lies).
+    Falls back to a full parse (span None) when the array is not found at the top level.
+    ``ValueError`` when the JSON is malformed or not an object."""
+    cut = cut_prompt(data)
+    if cut is not None:
+        try:
+            d = orjson.loads(cut[0])
+        except orjson.JSONDecodeError:
+            d = None
+        if cut_ok(d, cut[2]):
+            return d, cut[1]
+    d = orjson.loads(data)
+    if not isinstance(d, dict):
+        raise ValueError("not a JSON object")
+    return d, None
 
 
 def _from_logprobs(ch: dict[str, Any]) -> tuple[list[int] | None, list[float] | None]:
@@ -66,9 +100,15 @@ def _tool_calls(raw: Any) -> list[ToolCall]:
     return out
 
 
-def outcome_of(d: dict[str, Any]) -> Outcome:
-    """The :class:`Outcome` of a non-streamed chat completion."""
-    out = Outcome(model=str(d.get("model") or ""), prompt_ids=_as_ids(_prompt_ids(d)))
+def _full_prompt(d: dict[str, Any]) -> PromptIds | None:
+    ids = as_ids(_prompt_ids(d))
+    return None if ids is None else PromptIds(full=ids)
+
+
+def outcome_of(d: dict[str, Any], split: bool = False) -> Outcome:
+    """The :class:`Outcome` of a non-streamed chat completion. With ``split`` (``d`` came
+    from :func:`loads_split` with a span) the prompt is left for the caller to read."""
+    out = Outcome(model=str(d.get("model") or ""), prompt=None if split else _full_prompt(d))
     for i, ch in enumerate(d.get("choices") or ()):
         msg = ch.get("message") or {}
         ids, lps = _from_logprobs(ch)
@@ -111,14 +151,20 @@ class StreamAccumulator:
         self._choices: dict[int, Choice] = {}
         self._tcs: dict[int, dict[int, dict[str, str]]] = {}
         self._prompt: list[int] | None = None
+        #: Where the prompt ids array lies in the chunk that carried it (left unparsed).
+        self.prompt_span: RawSpan | None = None
 
-    def add(self, chunk: dict[str, Any]) -> None:
-        """Fold one parsed chunk in."""
+    def add(self, chunk: dict[str, Any], span: RawSpan | None = None) -> None:
+        """Fold one parsed chunk in (``span``: its prompt ids, cut out by loads_split)."""
         if chunk.get("model") and not self.out.model:
             self.out.model = str(chunk["model"])
-        p = _prompt_ids(chunk)
-        if isinstance(p, list) and self._prompt is None:
-            self._prompt = p
+        if span is not None:
+            if self._prompt is None and self.prompt_span is None:
+                self.prompt_span = span
+        else:
+            p = _prompt_ids(chunk)
+            if isinstance(p, list) and self._prompt is None and self.prompt_span is None:
+                self._prompt = p
         usage = chunk.get("usage")
         if isinstance(usage, dict):
             self.out.usage = {k: int(v) for k, v in usage.items() if isinstance(v, int)}
@@ -165,7 +211,8 @@ class StreamAccumulator:
                 for _, s in sorted(slots.items())
             ]
         self.out.choices = [self._choices[i] for i in sorted(self._choices)]
-        self.out.prompt_ids = _as_ids(self._prompt)
+        ids = as_ids(self._prompt)
+        self.out.prompt = None if ids is None else PromptIds(full=ids)
         return self.out
 
 
