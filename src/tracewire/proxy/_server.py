@@ -18,6 +18,7 @@ from aiohttp import web
 from .._errors import ProxyError, SessionError
 from ..trace import Call, Span, Trace
 from ._anthropic import AnthropicAdapter, count_tokens_request
+from ._client import UpstreamClient
 from ._config import ProxyConfig
 from ._dialect import Adapter, ChatAdapter, UpReq
 from ._graph import Outcome, Prepared, RequestCache
@@ -58,6 +59,10 @@ class Proxy:
         self.app = web.Application(client_max_size=self.config.max_body_bytes)
         self._runner: web.AppRunner | None = None
         self._client: aiohttp.ClientSession | None = None
+        self._fast: UpstreamClient | None = None
+        self._upstream_headers = {"Content-Type": "application/json"}
+        if self.config.upstream_api_key:
+            self._upstream_headers["Authorization"] = f"Bearer {self.config.upstream_api_key}"
         self._sweeper: asyncio.Task[None] | None = None
         self._url = ""
         tf = self.config.token_fields
@@ -96,6 +101,9 @@ class Proxy:
             timeout=aiohttp.ClientTimeout(total=self.config.upstream_timeout),
             auto_decompress=True,
         )
+        self._fast = UpstreamClient(
+            self.upstream, limit=self.config.upstream_connections,
+            timeout=self.config.upstream_timeout, headers=self._upstream_headers)
         self._runner = web.AppRunner(self.app, access_log=None, handle_signals=False)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.host, self.port)
@@ -119,6 +127,9 @@ class Proxy:
         if self._client is not None:
             await self._client.close()
             self._client = None
+        if self._fast is not None:
+            self._fast.close()
+            self._fast = None
 
     async def __aenter__(self) -> Proxy:
         await self.start()
@@ -213,10 +224,7 @@ class Proxy:
         return error_response(dialect, 404, f"no route {request.method} {request.path}")
 
     def _headers(self) -> dict[str, str]:
-        h = {"Content-Type": "application/json"}
-        if self.config.upstream_api_key:
-            h["Authorization"] = f"Bearer {self.config.upstream_api_key}"
-        return h
+        return self._upstream_headers
 
     async def _models(self, request: web.Request) -> web.Response:
         try:
@@ -380,13 +388,10 @@ class Proxy:
         session: Session, commit: Callable[[Outcome], None],
         remember: Callable[[tuple[int, str, bytes | list[bytes]]], None],
     ) -> web.StreamResponse:
-        assert self._client is not None
+        assert self._fast is not None
         try:
-            async with self._client.post(self.upstream + "/chat/completions", data=payload,
-                                         headers=self._headers()) as r:
-                data = await r.read()
-                status = r.status
-        except (aiohttp.ClientError, TimeoutError) as exc:
+            status, data = await self._fast.post("/chat/completions", payload)
+        except (OSError, TimeoutError) as exc:
             msg = f"upstream failed: {exc or type(exc).__name__}"
             session.graph.fail(call, msg)
             return error_response(adapter.dialect, 502, msg)
