@@ -223,6 +223,7 @@ class EnvServer:
 
     def pump(self) -> None:
         """Dispatch queued jobs to the least-loaded ready workers while slots are free."""
+        dispatched = False
         while self.queue and self.inflight < self.config.max_inflight and not self.stopping:
             w = self.workers.least_loaded()
             if w is None:
@@ -237,7 +238,10 @@ class EnvServer:
             job.deadline = time.monotonic() + self.config.run_timeout
             w.jobs.add(job.id)
             self.inflight += 1
-        self.workers.ensure()
+            dispatched = True
+        if dispatched or self.queue:
+            # Only then can more workers be wanted (the supervisor keeps the minimum).
+            self.workers.ensure()
 
     def expire(self, now: float) -> None:
         """Fail jobs past their queue wait or run deadline."""

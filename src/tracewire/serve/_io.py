@@ -15,7 +15,7 @@ import asyncio
 import errno
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import zmq
 
@@ -25,6 +25,12 @@ log = logging.getLogger("tracewire.serve")
 
 #: Messages handled per wake-up before yielding to other callbacks (fairness).
 MAX_BATCH = 256
+# Plain ints: pyzmq's flag enums cost more than the calls they configure.
+_NOBLOCK = int(zmq.NOBLOCK)
+_MORE = int(zmq.NOBLOCK | zmq.SNDMORE)
+_EVENTS = int(zmq.EVENTS)
+_RCVMORE = int(zmq.RCVMORE)
+_POLLIN = int(zmq.POLLIN)
 
 
 class Reader:
@@ -61,11 +67,18 @@ class Reader:
     def _drain(self) -> None:
         self._scheduled = False
         sock, on_message = self.sock, self.on_message
+        recv = sock.recv
+        get = cast("Callable[[int], int]", sock.get)  # EVENTS and RCVMORE are ints
         for _ in range(MAX_BATCH):
             if self.closed:
                 return
             try:
-                frames = sock.recv_multipart(zmq.NOBLOCK, copy=False)
+                # Reading EVENTS re-arms the descriptor; cheaper than ending on zmq.Again.
+                if not get(_EVENTS) & _POLLIN:
+                    return
+                frames = [recv(_NOBLOCK, copy=False)]
+                while get(_RCVMORE):
+                    frames.append(recv(_NOBLOCK, copy=False))
             except zmq.Again:
                 return
             except zmq.ZMQError as exc:
@@ -81,9 +94,13 @@ class Reader:
     def send(self, frames: list[Any]) -> None:
         """Send at once; raises ``zmq.ZMQError`` (``zmq.Again`` when the peer's queue is full)."""
         sock = self.sock
-        sock.send_multipart(frames, zmq.NOBLOCK, copy=False)
+        send = sock.send
+        last = len(frames) - 1
+        # Only the first part can meet a full queue (zmq.Again); the rest follow atomically.
+        for i, frame in enumerate(frames):
+            send(frame, _MORE if i < last else _NOBLOCK, copy=False)
         # The send may have consumed the edge that announced input: look for it.
-        if int(sock.getsockopt(zmq.EVENTS)) & zmq.POLLIN:
+        if cast("int", sock.get(_EVENTS)) & _POLLIN:
             self._schedule()
 
 
