@@ -191,7 +191,8 @@ class Proxy:
         limit = self.config.max_body_bytes
         if request.content_length is not None and request.content_length > limit:
             raise BadRequest(413, f"request body over {limit} bytes")
-        ctype = request.content_type
+        # Plain string work: aiohttp's content_type property runs a full MIME parser.
+        ctype = request.headers.get("Content-Type", "").partition(";")[0].strip().lower()
         if ctype not in ("application/json", "application/octet-stream", "") and not (
             ctype.endswith("+json")
         ):
