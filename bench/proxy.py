@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import multiprocessing as mp
+import os
 import statistics
 import sys
 import time
@@ -140,6 +141,16 @@ async def _one_session(url: str, secret: str, upstream: str, turns: int) -> dict
     return cost
 
 
+def _cpu_s(pid: int) -> float | None:
+    """User+system CPU seconds of a process (Linux /proc; None elsewhere)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def _line(case: str, metric: str, ours: float, runs: int, baseline: float | None = None
           ) -> None:
     print(json.dumps({"bench": "proxy", "case": case, "metric": metric, "unit": "ms",
@@ -163,7 +174,9 @@ def main() -> int:
         asyncio.run(_load(direct_targets, 500, 1.0, True))  # warm up
         asyncio.run(_load(sessions[:64], 500, 1.0, False))
         d_lat = asyncio.run(_load(direct_targets, 500, seconds, True))
+        c0 = _cpu_s(px.pid or 0)
         p_lat = asyncio.run(_load(sessions[:64], 500, seconds, False))
+        c1 = _cpu_s(px.pid or 0)
         n = min(len(d_lat), len(p_lat))
         _line("overhead_64_sessions", "overhead_p50_ms",
               statistics.median(p_lat) - statistics.median(d_lat), n)
@@ -171,6 +184,11 @@ def main() -> int:
               _pct(p_lat, 0.99) - _pct(d_lat, 0.99), n)
         _line("overhead_64_sessions", "direct_p50_ms", statistics.median(d_lat), n)
         _line("overhead_64_sessions", "proxied_p50_ms", statistics.median(p_lat), n)
+        if c0 is not None and c1 is not None:
+            # CPU the proxy process spent per turn: robust to other load on the machine,
+            # and 1000 / this is the turns/s one proxy process can sustain.
+            _line("overhead_64_sessions", "proxy_cpu_per_turn_ms", (c1 - c0) * 1000 / len(p_lat),
+                  len(p_lat))
         url, secret = sessions[64]
         cost = asyncio.run(_one_session(url, secret, upstream, 1000))
         _line("one_session", "turn_10_ms", statistics.median(cost[k] for k in range(6, 16)), 10)
