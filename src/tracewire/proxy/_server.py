@@ -18,7 +18,6 @@ from aiohttp import web
 from .._errors import ProxyError, SessionError
 from ..trace import Call, Span, Trace
 from ._anthropic import AnthropicAdapter, count_tokens_request
-from ._client import UpstreamClient
 from ._config import ProxyConfig
 from ._dialect import Adapter, ChatAdapter, UpReq
 from ._graph import Outcome, Prepared, RequestCache
@@ -59,7 +58,6 @@ class Proxy:
         self.app = web.Application(client_max_size=self.config.max_body_bytes)
         self._runner: web.AppRunner | None = None
         self._client: aiohttp.ClientSession | None = None
-        self._fast: UpstreamClient | None = None
         self._upstream_headers = {"Content-Type": "application/json"}
         if self.config.upstream_api_key:
             self._upstream_headers["Authorization"] = f"Bearer {self.config.upstream_api_key}"
@@ -101,9 +99,6 @@ class Proxy:
             timeout=aiohttp.ClientTimeout(total=self.config.upstream_timeout),
             auto_decompress=True,
         )
-        self._fast = UpstreamClient(
-            self.upstream, limit=self.config.upstream_connections,
-            timeout=self.config.upstream_timeout, headers=self._upstream_headers)
         self._runner = web.AppRunner(self.app, access_log=None, handle_signals=False)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.host, self.port)
@@ -127,9 +122,6 @@ class Proxy:
         if self._client is not None:
             await self._client.close()
             self._client = None
-        if self._fast is not None:
-            self._fast.close()
-            self._fast = None
 
     async def __aenter__(self) -> Proxy:
         await self.start()
@@ -389,10 +381,13 @@ class Proxy:
         session: Session, commit: Callable[[Outcome], None],
         remember: Callable[[tuple[int, str, bytes | list[bytes]]], None],
     ) -> web.StreamResponse:
-        assert self._fast is not None
+        assert self._client is not None
         try:
-            status, data = await self._fast.post("/chat/completions", payload)
-        except (OSError, TimeoutError) as exc:
+            async with self._client.post(self.upstream + "/chat/completions", data=payload,
+                                         headers=self._upstream_headers) as r:
+                data = await r.read()
+                status = r.status
+        except (aiohttp.ClientError, OSError, TimeoutError) as exc:
             msg = f"upstream failed: {exc or type(exc).__name__}"
             session.graph.fail(call, msg)
             return error_response(adapter.dialect, 502, msg)
