@@ -21,7 +21,7 @@ import numpy as np
 from msgspec import UNSET, UnsetType
 
 from .._errors import DeltaError
-from ..trace import Call, Episode, ErrorInfo, Message, Node, Reward, Span, Trace
+from ..trace import BASE_COLUMNS, Call, Episode, ErrorInfo, Message, Node, Reward, Span, Trace
 from ._headers import validate_trace
 
 __all__ = [
@@ -36,7 +36,7 @@ __all__ = [
 ]
 
 
-class Cursor(msgspec.Struct, array_like=True, frozen=True):
+class Cursor(msgspec.Struct, array_like=True, frozen=True, gc=False):
     """How much of a trace a receiver holds: counts of nodes, tokens, calls and errors."""
 
     nodes: int = 0
@@ -298,15 +298,19 @@ def _check_trace_delta(t: Trace | None, d: TraceDelta) -> None:
             "(a delta was lost or reordered)"
         )
     n = d.n_tokens
+    if d.columns and "ids" not in d.columns:
+        raise DeltaError(f"trace {d.id}: columns without 'ids'")
     for name, arr in d.columns.items():
+        want = BASE_COLUMNS.get(name)
+        if want is not None and arr.dtype != want:
+            raise DeltaError(f"trace {d.id}: column {name!r} must be {want}, got {arr.dtype}")
         if arr.shape[:1] != (n,):
             raise DeltaError(f"trace {d.id}: column {name!r} has {arr.shape[:1]} rows, not {n}")
     if t is not None and not d.reset and d.columns:
         for name, arr in d.columns.items():
-            if name in t.tokens.names():
-                col = t.tokens.column(name)
-                if col.dtype != arr.dtype or col.shape[1:] != arr.shape[1:]:
-                    raise DeltaError(f"trace {d.id}: column {name!r} changes dtype or shape")
+            have_spec = t.tokens.spec(name)
+            if have_spec is not None and have_spec != (arr.dtype, arr.shape[1:]):
+                raise DeltaError(f"trace {d.id}: column {name!r} changes dtype or shape")
     try:
         validate_trace(d.nodes, d.calls, d.end.tokens, base=d.base.nodes)
     except ValueError as exc:

@@ -36,7 +36,7 @@ def _grow(arr: NDArray[Any], n: int, need: int) -> NDArray[Any]:
 class Columns:
     """Token columns of one trace; ``len(columns)`` is the number of tokens."""
 
-    __slots__ = ("_arrays", "_cap", "_n")
+    __slots__ = ("_arrays", "_cap", "_n", "_pending", "_pending_rows")
 
     def __init__(self) -> None:
         self._arrays: dict[str, NDArray[Any]] = {
@@ -46,6 +46,11 @@ class Columns:
         # Rows every array can hold, all writeable (0: unknown, check in _reserve). Lets
         # append skip the per-column capacity check, which dominated small appends.
         self._cap = 0
+        # Chunks given to extend() and not yet copied in: a receiver assembling deltas
+        # copies them once, into an exactly sized buffer, when the columns are first read
+        # (a single chunk into empty columns is adopted without any copy).
+        self._pending: list[Mapping[str, NDArray[Any]]] = []
+        self._pending_rows = 0
 
     @classmethod
     def from_arrays(cls, arrays: Mapping[str, NDArray[Any]]) -> Columns:
@@ -74,51 +79,77 @@ class Columns:
         return self
 
     def __len__(self) -> int:
-        return self._n
+        return self._n + self._pending_rows
 
     def __repr__(self) -> str:
-        return f"Columns(n={self._n}, names={self.names()})"
+        return f"Columns(n={len(self)}, names={self.names()})"
 
     @property
     def ids(self) -> NDArray[np.int32]:
         """Token ids, ``int32[T]`` (a view)."""
+        if self._pending:
+            self._flush()
         return self._arrays["ids"][: self._n]
 
     @property
     def mask(self) -> NDArray[np.uint8]:
         """Loss mask, ``uint8[T]``: 1 where the model sampled the token (a view)."""
+        if self._pending:
+            self._flush()
         return self._arrays["mask"][: self._n]
 
     @property
     def logprobs(self) -> NDArray[np.float32]:
         """Sampled log-probabilities, ``float32[T]``, NaN where not sampled (a view)."""
+        if self._pending:
+            self._flush()
         return self._arrays["logprobs"][: self._n]
 
     def names(self) -> list[str]:
         """Column names: ``ids``, ``mask``, ``logprobs``, then the extras in creation order."""
+        if self._pending:
+            self._flush()
         return list(self._arrays)
+
+    def spec(self, name: str) -> tuple[np.dtype[Any], tuple[int, ...]] | None:
+        """Dtype and trailing shape of column ``name`` (None if absent), without copying in
+        pending chunks."""
+        arr = self._arrays.get(name)
+        if arr is None:
+            arr = next((c[name] for c in self._pending if name in c), None)
+        return None if arr is None else (arr.dtype, tuple(arr.shape[1:]))
 
     def extra_names(self) -> list[str]:
         """Names of the extra (non-base) columns."""
+        if self._pending:
+            self._flush()
         return [n for n in self._arrays if n not in BASE_COLUMNS]
 
     def column(self, name: str) -> NDArray[Any]:
         """The filled part of column ``name`` (a view); ``KeyError`` if there is none."""
+        if self._pending:
+            self._flush()
         return self._arrays[name][: self._n]
 
     def arrays(self) -> dict[str, NDArray[Any]]:
         """Every column as a view of its filled part, keyed by name."""
+        if self._pending:
+            self._flush()
         n = self._n
         return {name: arr[:n] for name, arr in self._arrays.items()}
 
     def slice(self, start: int, end: int) -> dict[str, NDArray[Any]]:
         """Every column's rows ``[start, end)`` as views."""
+        if self._pending:
+            self._flush()
         if not 0 <= start <= end <= self._n:
             raise IndexError(f"slice [{start}, {end}) outside 0..{self._n}")
         return {name: arr[start:end] for name, arr in self._arrays.items()}
 
     def add_column(self, name: str, dtype: DTypeLike, shape: tuple[int, ...] = ()) -> None:
         """Create an extra column; rows that already exist are zero-filled."""
+        if self._pending:
+            self._flush()
         if name in self._arrays:
             raise ValueError(f"column {name!r} already exists")
         cap = max(self._arrays["ids"].shape[0], self._n)
@@ -137,6 +168,8 @@ class Columns:
         ``mask`` may be a scalar applied to all new tokens; ``logprobs`` defaults to NaN.
         Extra columns not given are zero-filled; unknown extra names create the column.
         """
+        if self._pending:
+            self._flush()
         ids_arr = np.asarray(ids, dtype=np.int32)
         if ids_arr.ndim != 1:
             raise ValueError("ids must be one-dimensional")
@@ -166,16 +199,69 @@ class Columns:
         return start, end
 
     def extend(self, arrays: Mapping[str, NDArray[Any]]) -> tuple[int, int]:
-        """Append rows given as a full set of named arrays (the form deltas carry)."""
-        ids = arrays["ids"]
-        extra = {k: v for k, v in arrays.items() if k not in BASE_COLUMNS}
-        return self.append(ids, arrays.get("mask", 0), arrays.get("logprobs"), extra or None)
+        """Append rows given as named arrays (the form deltas carry) and return their slice.
+
+        The arrays are kept by reference and copied in on the next read or append, so a run
+        of extends costs one copy in total; they must not be modified afterwards (arrays
+        decoded from frames are read-only).
+        """
+        ids = arrays.get("ids")
+        if ids is None or ids.ndim != 1:
+            raise ValueError("extend needs a one-dimensional 'ids' array")
+        rows = int(ids.shape[0])
+        for name, arr in arrays.items():
+            if arr.shape[:1] != (rows,):
+                raise ValueError(f"column {name!r} has {arr.shape[:1]} rows, ids has {rows}")
+            want = BASE_COLUMNS.get(name)
+            if want is not None and arr.dtype != want:
+                raise ValueError(f"column {name!r} must be {want}, got {arr.dtype}")
+        start = len(self)
+        self._pending.append(arrays)
+        self._pending_rows += rows
+        return start, start + rows
+
+    def _flush(self) -> None:
+        chunks, self._pending = self._pending, []
+        total = self._n + self._pending_rows
+        self._pending_rows = 0
+        if self._n == 0 and len(chunks) == 1 and not self.extra_names():
+            # Empty columns and one chunk: adopt it (read-only views stay unchanged; the
+            # next append reallocates because they are not writeable).
+            adopted = Columns.from_arrays(chunks[0])
+            self._arrays, self._n, self._cap = adopted._arrays, adopted._n, 0
+            return
+        specs: dict[str, NDArray[Any]] = dict(self._arrays)
+        for chunk in chunks:
+            for name, arr in chunk.items():
+                specs.setdefault(name, arr)
+        new: dict[str, NDArray[Any]] = {}
+        n = self._n
+        for name, like in specs.items():
+            out = np.empty((total, *like.shape[1:]), dtype=like.dtype)
+            old = self._arrays.get(name)
+            if old is not None:
+                out[:n] = old[:n]
+            else:
+                out[:n] = 0
+            pos = n
+            for chunk in chunks:
+                rows = int(chunk["ids"].shape[0])
+                values = chunk.get(name)
+                if values is not None:
+                    out[pos : pos + rows] = values
+                else:
+                    out[pos : pos + rows] = np.nan if name == "logprobs" else 0
+                pos += rows
+            new[name] = out
+        self._arrays, self._n, self._cap = new, total, total
 
     def reserve(self, rows: int) -> None:
         """Make room for ``rows`` tokens in total, so appends up to there never reallocate.
 
         A capacity hint for writers that know their budget; contents are unchanged.
         """
+        if self._pending:
+            self._flush()
         if rows > self._cap:
             self._reserve(rows)
 
