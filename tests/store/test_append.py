@@ -150,19 +150,19 @@ def test_row_from_live_episode_equals_row_from_its_header() -> None:
 
 @pytest.mark.parametrize("turns", [0, 3, 400])
 def test_sliced_record_parts_equal_codec_frames_to_record(turns: int) -> None:
-    from tracewire.codec import frames_to_record
+    from tracewire.codec import _binary, frames_to_record
     from tracewire.store import _encode
 
     ep = build(turns, turns=turns, n=3000)
     frames = encode_frames(ep)
     want = b"".join(bytes(memoryview(p)) for p in frames_to_record(frames))
     pauses = [0]
-    old = _encode.CRC_SLICE
-    _encode.CRC_SLICE = 4096  # many slices even for small buffers
+    old = _binary.CRC_SLICE
+    _binary.CRC_SLICE = 4096  # many slices even for small buffers
     try:
         got = _encode.record_parts(frames, lambda: pauses.__setitem__(0, pauses[0] + 1))
     finally:
-        _encode.CRC_SLICE = old
+        _binary.CRC_SLICE = old
     assert b"".join(bytes(memoryview(p)) for p in got) == want
     assert (pauses[0] > 0) == (turns >= 3)
 

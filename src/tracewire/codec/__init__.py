@@ -5,8 +5,11 @@ raises :class:`tracewire.DecodeError` (a ``ValueError``) with a message saying w
 """
 
 from ._binary import (
+    CHUNK,
+    CRC_SLICE,
     RECORD_PREFIX,
     Decoded,
+    Pause,
     decode_frames,
     decode_record,
     encode_frames,
@@ -29,6 +32,8 @@ from ._headers import EpisodeHeader, TraceHeader
 from ._json import decode_json, encode_json, to_builtins
 
 __all__ = [
+    "CHUNK",
+    "CRC_SLICE",
     "RECORD_PREFIX",
     "Cursor",
     "Decoded",
@@ -37,6 +42,7 @@ __all__ = [
     "EpisodeHead",
     "EpisodeHeader",
     "EpisodeSender",
+    "Pause",
     "TraceDelta",
     "TraceHeader",
     "TraceSender",

@@ -7,6 +7,7 @@ a trace builds one small Struct around its existing lists and array views.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
@@ -26,6 +27,7 @@ from ..trace import (
 
 __all__ = [
     "EpisodeHeader",
+    "Pack",
     "TraceHeader",
     "episode_from_header",
     "episode_header",
@@ -72,15 +74,23 @@ class EpisodeHeader(msgspec.Struct, tag="episode", kw_only=True, omit_defaults=T
     traces: list[TraceHeader] = msgspec.field(default_factory=list)
 
 
-def trace_header(t: Trace) -> TraceHeader:
+#: Optional transform of a trace's long lists before encoding (e.g. pre-encode in slices).
+Pack = Callable[[list[Any]], Any]
+
+
+def _same(items: list[Any]) -> Any:
+    return items
+
+
+def trace_header(t: Trace, pack: Pack = _same) -> TraceHeader:
     """Header of a live trace (shares its lists and column views)."""
     return TraceHeader(
         id=t.id,
         schema=t.schema,
         agent=t.agent,
-        nodes=t.nodes,
-        calls=t.calls,
-        errors=t.errors,
+        nodes=pack(t.nodes),
+        calls=pack(t.calls),
+        errors=pack(t.errors),
         timing=t.timing,
         rewards=t.rewards,
         metrics=t.metrics,
@@ -133,7 +143,7 @@ def trace_from_header(h: TraceHeader) -> Trace:
     return t
 
 
-def episode_header(e: Episode) -> EpisodeHeader:
+def episode_header(e: Episode, pack: Pack = _same) -> EpisodeHeader:
     """Header of a live episode and all its traces."""
     return EpisodeHeader(
         id=e.id,
@@ -147,7 +157,7 @@ def episode_header(e: Episode) -> EpisodeHeader:
         errors=e.errors,
         timing=e.timing,
         info=e.info,
-        traces=[trace_header(t) for t in e.traces],
+        traces=[trace_header(t, pack) for t in e.traces],
     )
 
 
