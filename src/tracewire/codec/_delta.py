@@ -22,7 +22,7 @@ from msgspec import UNSET, UnsetType
 
 from .._errors import DeltaError
 from ..trace import BASE_COLUMNS, Call, Episode, ErrorInfo, Message, Node, Reward, Span, Trace
-from ._headers import validate_trace
+from ._headers import episode_fields, set_episode_fields, validate_trace
 
 __all__ = [
     "Cursor",
@@ -203,19 +203,7 @@ class TraceSender:
 
 
 def _head(e: Episode) -> EpisodeHead:
-    return EpisodeHead(
-        id=e.id,
-        env=e.env,
-        task_key=e.task_key,
-        task=e.task,
-        group_id=e.group_id,
-        group_index=e.group_index,
-        run=e.run,
-        ok=e.ok,
-        errors=e.errors,
-        timing=e.timing,
-        info=e.info,
-    )
+    return EpisodeHead(**episode_fields(e))
 
 
 _head_dec = msgspec.msgpack.Decoder(EpisodeHead)
@@ -348,10 +336,11 @@ class EpisodeAssembler:
             self.episode = Episode(d.episode)
         e = self.episode
         if d.head is not None:
-            h = d.head
-            e.env, e.task_key, e.task = h.env, h.task_key, dict(h.task)
-            e.group_id, e.group_index, e.run = h.group_id, h.group_index, h.run
-            e.ok, e.errors, e.timing, e.info = h.ok, list(h.errors), dict(h.timing), dict(h.info)
+            # The head was decoded for this delta alone: copy its containers so later
+            # changes to the episode never reach into the delta.
+            set_episode_fields(e, msgspec.structs.replace(
+                d.head, task=dict(d.head.task), errors=list(d.head.errors),
+                timing=dict(d.head.timing), info=dict(d.head.info)))
         if d.dropped:
             e.traces = [t for t in e.traces if t.id not in d.dropped]
         for td in d.traces:

@@ -26,11 +26,14 @@ from ..trace import (
 )
 
 __all__ = [
+    "EPISODE_FIELDS",
     "EpisodeHeader",
     "Pack",
     "TraceHeader",
+    "episode_fields",
     "episode_from_header",
     "episode_header",
+    "set_episode_fields",
     "trace_from_header",
     "trace_header",
     "validate_trace",
@@ -143,38 +146,29 @@ def trace_from_header(h: TraceHeader) -> Trace:
     return t
 
 
+#: An episode's own fields (all but its traces), shared by headers and delta heads.
+EPISODE_FIELDS = ("id", "env", "task_key", "task", "group_id", "group_index", "run", "ok",
+                  "errors", "timing", "info")
+
+
+def episode_fields(e: Episode) -> dict[str, Any]:
+    """The episode's own fields by name (shared references)."""
+    return {f: getattr(e, f) for f in EPISODE_FIELDS}
+
+
+def set_episode_fields(e: Episode, src: Any) -> None:
+    """Copy the episode's own fields (except ``id``) from a header or delta head."""
+    for f in EPISODE_FIELDS[1:]:
+        setattr(e, f, getattr(src, f))
+
+
 def episode_header(e: Episode, pack: Pack = _same) -> EpisodeHeader:
     """Header of a live episode and all its traces."""
-    return EpisodeHeader(
-        id=e.id,
-        env=e.env,
-        task_key=e.task_key,
-        task=e.task,
-        group_id=e.group_id,
-        group_index=e.group_index,
-        run=e.run,
-        ok=e.ok,
-        errors=e.errors,
-        timing=e.timing,
-        info=e.info,
-        traces=[trace_header(t, pack) for t in e.traces],
-    )
+    return EpisodeHeader(**episode_fields(e), traces=[trace_header(t, pack) for t in e.traces])
 
 
 def episode_from_header(h: EpisodeHeader) -> Episode:
     """Rebuild a live episode from a decoded header."""
-    e = Episode(
-        h.id,
-        env=h.env,
-        task_key=h.task_key,
-        task=h.task,
-        group_id=h.group_id,
-        group_index=h.group_index,
-        run=h.run,
-        traces=[trace_from_header(t) for t in h.traces],
-    )
-    e.ok = h.ok
-    e.errors = h.errors
-    e.timing = h.timing
-    e.info = h.info
+    e = Episode(h.id, traces=[trace_from_header(t) for t in h.traces])
+    set_episode_fields(e, h)
     return e
