@@ -93,24 +93,25 @@ def _header_of(obj: Encodable, pack: Pack | None) -> EpisodeHeader | TraceHeader
     return obj
 
 
-def _encode(obj: Encodable, pack: Pack | None = None) -> tuple[bytes, list[Buffer]]:
-    state = arrays_state
-    state.out = []
-    try:
-        header = _encoder.encode(_header_of(obj, pack))
-        return header, state.out
-    finally:
-        state.out = []
-
-
 def encode_frames(obj: Encodable, *, pause: Pause | None = None) -> list[Buffer]:
     """Encode to ZMQ-style frames; column memory is shared, not copied.
 
     With ``pause``, long node/call lists are encoded ``CHUNK`` items per C call with a
     ``pause()`` between calls (same bytes), so a writer thread never holds the GIL long.
     """
-    header, bufs = _encode(obj, None if pause is None else _chunked(pause))
-    return [_FRAME_PREFIX.pack(b"TW", SCHEMA_VERSION) + header, *bufs]
+    state = arrays_state
+    state.out = []
+    try:
+        sized = [0]
+        header = _header_of(obj, None if pause is None else _chunked(pause, sized))
+        # Encode straight after the 4-byte prefix, into a buffer already big enough for the
+        # pre-encoded lists: no second copy of a multi-MB header, no regrowth copies.
+        first = bytearray(_FRAME_PREFIX.size + sized[0] + 4096)
+        first[: _FRAME_PREFIX.size] = _FRAME_PREFIX.pack(b"TW", SCHEMA_VERSION)
+        _encoder.encode_into(header, first, _FRAME_PREFIX.size)
+        return [first, *state.out]
+    finally:
+        state.out = []
 
 
 def _array_head(n: int) -> bytes:
@@ -119,7 +120,7 @@ def _array_head(n: int) -> bytes:
     return b"\xdc" + struct.pack(">H", n) if n < 1 << 16 else b"\xdd" + struct.pack(">I", n)
 
 
-def _chunked(pause: Pause) -> Pack:
+def _chunked(pause: Pause, sized: list[int]) -> Pack:
     def pack(items: list[Any]) -> Any:
         n = len(items)
         if n <= CHUNK:
@@ -131,6 +132,7 @@ def _chunked(pause: Pause) -> Pack:
             b = _encoder.encode(items[i : i + CHUNK])
             out += memoryview(b)[1 if b[0] & 0xF0 == 0x90 else 3 if b[0] == 0xDC else 5 :]
             pause()
+        sized[0] += len(out)
         return msgspec.Raw(out)
 
     return pack
