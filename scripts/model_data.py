@@ -12,6 +12,8 @@ import math
 import random
 from typing import Any
 
+from tracewire.envs.guess import feedback  # the environment is the source of truth
+
 ARITH_SYSTEM = "You are a math tutor. Show the calculation, then end with 'Answer: <number>'."
 TOOLS_SYSTEM = ("You can call tools. Use a tool to compute the result, then reply with "
                 "'Answer: <number>'.")
@@ -170,19 +172,6 @@ def guess_tasks(rng: random.Random, n: int) -> list[dict[str, Any]]:
 def guess_intro(low: int, high: int, max_turns: int) -> str:
     return (f"I am thinking of a number from {low} to {high}. You have {max_turns} guesses. "
             "What is your first guess?")
-
-
-def feedback(secret: int, guess_text: str) -> str:
-    """The environment's reply to one guess."""
-    try:
-        guess = int(guess_text.strip())
-    except ValueError:
-        return "Please reply with a number."
-    if guess < secret:
-        return "Higher."
-    if guess > secret:
-        return "Lower."
-    return "Correct!"
 
 
 def guess_game(rng: random.Random, row: dict[str, Any]) -> list[dict[str, Any]]:
