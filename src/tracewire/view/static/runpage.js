@@ -33,11 +33,14 @@ export async function renderRun(app, params) {
   for (const f of FILTERS) state[f] = params.get(f) || "";
 
   const [info, facets] = await Promise.all([api("/api/run"), api("/api/facets")]);
+  // Times in the run metadata are epoch seconds; show them as dates.
+  const metaValue = (k, v) => (typeof v === "number" && /^(created|started|ended|finished)/.test(k)
+    ? fmtTime(v) : typeof v === "object" ? JSON.stringify(v) : String(v));
   const metaBox = el("dl", { class: "kv card", "data-testid": "run-meta" },
     el("dt", {}, "run"), el("dd", {}, info.dir),
     el("dt", {}, "episodes"), el("dd", { "data-testid": "run-count" }, fmtNum(info.episodes)),
     ...Object.entries(info.meta || {}).slice(0, 12).flatMap(([k, v]) => [
-      el("dt", {}, k), el("dd", {}, typeof v === "object" ? JSON.stringify(v) : String(v))]));
+      el("dt", {}, k), el("dd", {}, metaValue(k, v))]));
   const histSvg = el("div", { "data-testid": "reward-hist" });
   const lineSvg = el("div", { "data-testid": "reward-over-time" });
   const liveBox = el("div", { "data-testid": "live-list" });
