@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 
-HELP = "Evaluate the bundled guess-the-number env with the built-in model (about 30 s)."
+HELP = "Evaluate the bundled guess-the-number env with the built-in model (a few seconds)."
 
 __all__ = ["HELP", "configure", "run"]
 

@@ -11,7 +11,7 @@ from .._errors import StoreError
 
 __all__ = ["HELP", "configure", "run"]
 
-HELP = "serve the live web viewer of a run directory"
+HELP = "Serve the live web viewer of a run directory (loopback by default)."
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
