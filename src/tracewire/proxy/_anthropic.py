@@ -217,9 +217,6 @@ class AnthropicAdapter(Adapter):
     endpoint = "messages"
     dialect = "anthropic"
 
-    def __init__(self, token_fields: dict[str, Any]) -> None:
-        self.token_fields = token_fields
-
     def parse(self, body: bytes) -> UpReq:
         return parse(body)
 

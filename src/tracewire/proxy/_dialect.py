@@ -241,6 +241,10 @@ class Adapter:
     endpoint = "chat"
     dialect = "openai"
 
+    def __init__(self, token_fields: dict[str, Any]) -> None:
+        #: Extra upstream request fields that ask for token ids and logprobs.
+        self.token_fields = token_fields
+
     def parse(self, body: bytes) -> UpReq:
         """Parse (and translate) a harness request body; ``BadRequest`` if malformed."""
         raise NotImplementedError
@@ -282,9 +286,6 @@ class ChatAdapter(Adapter):
 
     endpoint = "chat"
     dialect = "openai"
-
-    def __init__(self, token_fields: dict[str, Any]) -> None:
-        self.token_fields = token_fields
 
     def parse(self, body: bytes) -> UpReq:
         return parse_chat_bytes(body)

@@ -253,9 +253,6 @@ class ResponsesAdapter(Adapter):
     endpoint = "responses"
     dialect = "openai"
 
-    def __init__(self, token_fields: dict[str, Any]) -> None:
-        self.token_fields = token_fields
-
     def parse(self, body: bytes) -> UpReq:
         return parse(body)
 
