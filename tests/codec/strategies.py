@@ -87,7 +87,7 @@ def apply_op(t: Trace, op: tuple[Any, ...], extras: list[tuple[str, Any, tuple[i
         parent = None if p < 0 or not t.nodes else p % len(t.nodes)
         block = data.draw(token_block(extras))
         has = data.draw(st.booleans()) or len(block["ids"]) > 0
-        links = [Link(target=parent, type="reply")] if parent is not None else []
+        links = (Link(target=parent, type="reply"),) if parent is not None else ()
         t.add_node(
             msg,
             parent=parent,

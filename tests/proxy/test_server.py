@@ -235,7 +235,7 @@ async def test_hooks_recorded(fake: Fake, upstream: str) -> None:
     assert fake.requests[0]["messages"][0]["content"] == "hooked"
     assert r.choices[0].message.content == (fake.log[0].content or "").upper()
     call = s.trace.calls[0]
-    assert call.hooks == ["add_system", "shout"]
+    assert call.hooks == ("add_system", "shout")
     assert s.trace.nodes[0].message.content == "hooked"
     assert s.trace.branch(call.node).ids.tolist() == fake.log[0].prompt + fake.log[0].completion
 

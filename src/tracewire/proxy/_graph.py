@@ -362,7 +362,7 @@ class TurnGraph:
             c = Call(
                 model=out.model or call.model, endpoint=call.endpoint, sampling=call.sampling,
                 finish_reason=ch.finish_reason, usage=dict(out.usage), span=call.span,
-                node=node, prompt_node=parent, hooks=list(call.hooks),
+                node=node, prompt_node=parent, hooks=call.hooks,
             )
             trace.add_call(c)
         trace.pending = []
@@ -373,7 +373,7 @@ class TurnGraph:
         """Record a failed call (no node) and an error; nothing else is appended."""
         self.trace.add_call(
             Call(model=call.model, endpoint=call.endpoint, sampling=call.sampling,
-                 span=call.span, error=error, hooks=list(call.hooks), finish_reason="error")
+                 span=call.span, error=error, hooks=call.hooks, finish_reason="error")
         )
         self.trace.add_error("proxy", error, phase="agent")
         self.trace.pending = []

@@ -309,7 +309,7 @@ class Proxy:
         prep = await self._offload(size, self._match, session, up)
         session.trace.set_pending([nm.message for nm in prep.new])
         call = Call(model=up.model, endpoint=adapter.endpoint, sampling=up.sampling,
-                    span=Span(start=time.time()), hooks=hooks)
+                    span=Span(start=time.time()), hooks=tuple(hooks))
         payload = up.upstream_bytes(self.config.token_fields)
 
         def commit(out: Outcome) -> None:
@@ -369,7 +369,7 @@ class Proxy:
             res = hook(session, call.endpoint, d)
             if res is not None:
                 d, rewritten = res, True
-            call.hooks.append(getattr(hook, "__name__", repr(hook)))
+            call.hooks = (*call.hooks, getattr(hook, "__name__", repr(hook)))
         out = await self._offload(size, outcome_of, d, span is not None)
         if span is not None:
             out.span = span

@@ -123,7 +123,7 @@ class Trace:
             ts=time.time() if ts is None else ts,
             start=start,
             end=end,
-            links=list(links),
+            links=tuple(links),
             has_tokens=has_tokens,
             digest=digest,
         )
