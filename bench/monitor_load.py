@@ -3,13 +3,27 @@ while the loop lag probe (1 ms) runs and RSS is sampled (psutil). The run dir is
 
 Episodes share their (read-only) column arrays, so generating them costs nothing; every
 episode is still encoded, CRC-checked, written and indexed on its own.
+
+Like tracewire's own processes (cli.main), the bench freezes its start-up objects
+(``gc.freeze()``, recommended in docs/ARCHITECTURE.md) so that a full garbage collection does
+not scan them: on the development VM one full pass over ~30,000 start-up objects stalls the
+loop by 20-30 ms whatever the store does (``--no-freeze`` shows it).
+
+Case ``kernel_floor``: in the same run, another process writes the same number of bytes in
+the same way (512 KiB writes, fdatasync every 100 ms) while this process's loop does nothing
+but run the probe: the lag that the machine's write path causes without any of our code.
+
+    python bench/monitor_load.py [--no-freeze] [--no-floor]
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
+import gc
 import json
 import shutil
+import subprocess
 import sys
 import tempfile
 import threading
@@ -52,7 +66,46 @@ def make(i: int, arrays: dict[str, np.ndarray], slices: list[tuple[int, int]]) -
     return Episode(env="bench", task_key=f"t{i}", traces=[t])
 
 
-async def main() -> None:
+FLOOR_WRITER = """
+import os, sys, time
+total, path = int(sys.argv[1]), sys.argv[2]
+buf = os.urandom(512 * 1024)
+fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+print("ready", flush=True)
+sys.stdin.readline()
+done, synced = 0, time.monotonic()
+while done < total:
+    done += os.write(fd, buf)
+    if time.monotonic() - synced >= 0.1:
+        os.fdatasync(fd)
+        synced = time.monotonic()
+os.fdatasync(fd)
+os.close(fd)
+"""
+
+
+def floor_writer(nbytes: int, tmp: Path) -> subprocess.Popen[str]:
+    """Start (and wait for) the process that writes ``nbytes`` to ``tmp`` when told to."""
+    proc = subprocess.Popen([sys.executable, "-c", FLOOR_WRITER, str(nbytes), str(tmp / "f")],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    assert proc.stdout.readline().strip() == "ready"
+    return proc
+
+
+async def kernel_floor(proc: subprocess.Popen[str]) -> LoopLagProbe:
+    """Probe this (otherwise idle) loop while ``proc`` writes."""
+    assert proc.stdin is not None
+    async with LoopLagProbe(0.001) as probe:
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+        while proc.poll() is None:
+            await asyncio.sleep(0.05)
+    assert proc.returncode == 0, proc.returncode
+    return probe
+
+
+async def main(floor: bool) -> None:
     arrays, slices = template()
     tmp = Path(tempfile.mkdtemp(prefix="tw-load-"))
     proc = psutil.Process()
@@ -95,6 +148,7 @@ async def main() -> None:
             await arrive()
             wall = time.perf_counter() - t0
         await run.close()
+        floor_probe = await kernel_floor(floor_writer(written, tmp)) if floor else None
     finally:
         stop.set()
         sampler.join()
@@ -102,8 +156,9 @@ async def main() -> None:
     warm = [m for n, m in rss if n >= EPISODES // 10]
     growth = (max(warm) - warm[0]) if warm else 0.0
 
-    def emit(metric: str, unit: str, ours: float, better: str = "lower") -> None:
-        print(json.dumps({"bench": "monitor_load", "case": "1000_episodes", "metric": metric,
+    def emit(metric: str, unit: str, ours: float, better: str = "lower",
+             case: str = "1000_episodes") -> None:
+        print(json.dumps({"bench": "monitor_load", "case": case, "metric": metric,
                           "unit": unit, "ours": round(ours, 3), "baseline": None, "ratio": None,
                           "better": better, "runs": 1}), flush=True)
 
@@ -112,8 +167,17 @@ async def main() -> None:
     emit("rss_growth_mb", "MB", growth)
     emit("gb_written", "GB", written / 1e9, "higher")
     emit("gb_per_s", "GB/s", written / 1e9 / wall, "higher")
+    if floor_probe is not None:
+        emit("lag_p99_ms", "ms", floor_probe.p99_ms, case="kernel_floor")
+        emit("lag_max_ms", "ms", floor_probe.max_ms, case="kernel_floor")
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--no-freeze", action="store_true", help="leave start-up objects to the GC")
+    ap.add_argument("--no-floor", action="store_true", help="skip the kernel_floor case")
+    a = ap.parse_args()
+    if not a.no_freeze:
+        gc.freeze()
+    asyncio.run(main(not a.no_floor))
     sys.exit(0)

@@ -8,6 +8,7 @@ only when its command runs so start-up stays fast.
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib
 import sys
 from collections.abc import Sequence
@@ -60,4 +61,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 2
     mod = importlib.import_module(COMMANDS[args.command])
+    # Everything imported so far lives as long as the process: take it out of the garbage
+    # collector's reach, so a full collection scans only what the command creates (a full
+    # pass over ~30,000 start-up objects stalled the event loop by 20-30 ms on our VM).
+    gc.freeze()
     return int(mod.run(args))

@@ -184,3 +184,26 @@ def test_write_parts_in_slices_writes_every_byte(tmp_path: Path) -> None:
     assert n == len(want) and path.read_bytes() == want
     # At most 777 bytes per writev (a pause after each one but the last).
     assert len(want) // 777 <= len(pauses) <= len(want) // 777 + len(parts)
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="per-thread nice is Linux's")
+async def test_writer_thread_runs_nicer_than_the_loop(tmp_path: Path) -> None:
+    # The writer yields the CPU to the event loop's thread: its niceness is raised, the
+    # loop thread's is not (field 19 of /proc/<pid>/task/<tid>/stat).
+    import os
+    import threading
+
+    from tracewire.store._writer import WRITER_NICE
+
+    def nice(tid: int) -> int:
+        stat = Path(f"/proc/self/task/{tid}/stat").read_text()
+        return int(stat.rsplit(")", 1)[1].split()[16])
+
+    run = await Run.create(tmp_path / "r")
+    await run.append(build(1, turns=2, n=100))
+    writers = [t for t in threading.enumerate() if t.name.startswith("tracewire-store:")]
+    assert len(writers) == 1 and writers[0].native_id is not None
+    base = nice(threading.get_native_id())
+    assert nice(writers[0].native_id) == min(19, base + WRITER_NICE)
+    assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == base
+    await run.close()

@@ -52,7 +52,26 @@ Done = Callable[[RecordRef | None, BaseException | None], None]
 _MAX_BATCH = 256
 
 
+#: How much nicer than the rest of the process the writer thread runs (Linux: per thread).
+WRITER_NICE = 10
+
+
+def _lower_priority() -> None:
+    """Make the calling (writer) thread yield the CPU to the event loop's thread.
+
+    On two busy cores the loop thread, woken by a timer, otherwise waits for the scheduler
+    behind this thread's copies into the page cache. Raising a thread's niceness needs no
+    privilege; where it is not supported the thread keeps the default priority.
+    """
+    try:
+        tid = threading.get_native_id()
+        os.setpriority(os.PRIO_PROCESS, tid, os.getpriority(os.PRIO_PROCESS, tid) + WRITER_NICE)
+    except (AttributeError, OSError):
+        pass
+
+
 @dataclasses.dataclass(slots=True)
+
 class AppendItem:
     """Persist one episode (live object, or frames already encoded)."""
 
@@ -118,6 +137,7 @@ class Writer(threading.Thread):
         si = self.switch_interval
         if si is not None and sys.getswitchinterval() > si:
             sys.setswitchinterval(si)
+        _lower_priority()
         try:
             self._conn = self._conn_factory()
             self._open_last_segment()
