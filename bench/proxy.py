@@ -10,6 +10,7 @@ Run: ``.venv/bin/python bench/proxy.py``.
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import multiprocessing as mp
 import os
@@ -56,6 +57,8 @@ async def _fake_chat(request: web.Request) -> web.Response:
 
 
 def _upstream_main(q: Any) -> None:
+    gc.freeze()  # as tracewire's own processes do after start-up (cli.main)
+
     async def main() -> None:
         app = web.Application(client_max_size=1 << 30)
         app.router.add_post("/v1/chat/completions", _fake_chat)
@@ -71,6 +74,8 @@ def _upstream_main(q: Any) -> None:
 
 def _proxy_main(upstream: str, n: int, q: Any) -> None:
     from tracewire.proxy import Proxy
+
+    gc.freeze()  # this process stands for `tracewire proxy`, which freezes after imports
 
     async def main() -> None:
         async with Proxy(upstream, session_api=False) as p:
@@ -160,6 +165,7 @@ def _line(case: str, metric: str, ours: float, runs: int, baseline: float | None
 
 
 def main() -> int:
+    gc.freeze()  # the load generator's own full collections would blur both latencies
     ctx = mp.get_context("spawn")
     q: Any = ctx.Queue()
     up = ctx.Process(target=_upstream_main, args=(q,), daemon=True)

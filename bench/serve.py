@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import statistics
 import subprocess
 import sys
@@ -233,16 +234,19 @@ async def main(runs: int, episodes: int, inline: bool, tune: bool) -> None:
 
 
 if __name__ == "__main__":
+    # The client process freezes its start-up objects, as recommended for long-running
+    # processes (docs/ARCHITECTURE.md) and done by tracewire's own (cli.main).
+    gc.freeze()
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--episodes", type=int, default=400)
     ap.add_argument("--inline", action="store_true",
                     help="serve with workers inside the server process (tracewire serve --inline)")
-    ap.add_argument("--tune-client", action="store_true",
-                    help="EnvClient(tune_memory=True) in this (client) process")
+    ap.add_argument("--untuned-client", action="store_true",
+                    help="EnvClient(tune_memory=False): leave this process's allocator alone")
     ap.add_argument("--baseline-server", metavar="ADDRESS", default=None)
     a = ap.parse_args()
     if a.baseline_server:
         asyncio.run(baseline_server(a.baseline_server))
     else:
-        asyncio.run(main(a.runs, a.episodes, a.inline, a.tune_client))
+        asyncio.run(main(a.runs, a.episodes, a.inline, not a.untuned_client))

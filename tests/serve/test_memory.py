@@ -21,12 +21,12 @@ mallinfo2 = ctypes.CDLL(None).mallinfo2
 mallinfo2.restype = MallInfo2
 if sys.argv[1] == "tune":
     assert tune_allocator() and tune_allocator()  # idempotent
-elif sys.argv[1] == "client":
-    from tracewire.serve import EnvClient
-    EnvClient("tcp://127.0.0.1:9", tune_memory=True)
 elif sys.argv[1] == "client-default":
     from tracewire.serve import EnvClient
     EnvClient("tcp://127.0.0.1:9")
+elif sys.argv[1] == "client-untuned":
+    from tracewire.serve import EnvClient
+    EnvClient("tcp://127.0.0.1:9", tune_memory=False)
 big = np.ones(40 << 20, np.uint8)  # above glibc's largest dynamic mmap threshold (32 MiB)
 print(mallinfo2().hblkhd >= big.nbytes)
 """
@@ -47,6 +47,6 @@ def test_tuned_process_serves_large_blocks_from_the_reusable_heap() -> None:
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc allocator only")
-def test_client_tunes_its_process_only_when_asked() -> None:
-    assert _mmapped("client-default") is True
-    assert _mmapped("client") is False
+def test_client_tunes_its_process_unless_told_not_to() -> None:
+    assert _mmapped("client-default") is False
+    assert _mmapped("client-untuned") is True
