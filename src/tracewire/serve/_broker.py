@@ -24,6 +24,7 @@ import zmq
 from .._errors import BusyError, ProtocolError, RunTimeout, ServeError, WorkerDiedError
 from ..trace import SCHEMA_VERSION, new_id
 from ._config import DEFAULT_ADDRESS, ServerConfig
+from ._direct import valid_data_address
 from ._io import Reader
 from ._pool import LocalProcessPool, WorkerPool
 from ._protocol import (
@@ -74,7 +75,8 @@ class EnvServer:
         self._tasks: list[asyncio.Task[None]] = []
         self._stopped = asyncio.Event()
         self.counters = {"runs": 0, "episodes_ok": 0, "episodes_failed": 0, "busy": 0,
-                         "cancelled": 0, "timeouts": 0, "protocol_errors": 0}
+                         "cancelled": 0, "timeouts": 0, "protocol_errors": 0,
+                         "bytes_forwarded": 0}
         self.workers = Workers(self, pool or LocalProcessPool())
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -315,6 +317,12 @@ class EnvServer:
             self.answer(client, "error", rid, error_body(ProtocolError(
                 f"{kind} needs a task map and 1 <= r <= {cfg.max_group}")))
             return
+        data = body.get("data")
+        if data is not None and not valid_data_address(data):
+            self.counters["protocol_errors"] += 1
+            self.answer(client, "error", rid, error_body(ProtocolError(
+                f"data address {data!r} is not a loopback tcp:// or an ipc:// address")))
+            return
         if self.stopping:
             self.answer(client, "error", rid, error_body(ServeError("server is shutting down")))
             return
@@ -334,6 +342,8 @@ class EnvServer:
         group_id = (body.get("group_id") or new_id()) if kind == "run_group" else None
         job_body = {"task": task, "group_id": group_id, "stream": bool(body.get("stream", True)),
                     "keep_frames": bool(body.get("keep_frames", False))}
+        if data is not None and self.workers.pool.same_host:
+            job_body["data"] = data
         now = time.monotonic()
         ids = self.requests.setdefault((client, rid), set())
         for i in range(r):
@@ -359,8 +369,14 @@ class EnvServer:
         job = self.jobs.get(jid)
         if job is None:
             return
-        if job.open and kind != JobKind.CANCELLED:
+        if kind == JobKind.DONE:
+            # The worker answered the client directly (see _direct).
+            if job.open:
+                job.open = False
+                self.counters["episodes_ok"] += 1
+        elif job.open and kind != JobKind.CANCELLED:
             ok = self.to_client(job.client, frames[2:])
+            self.counters["bytes_forwarded"] += sum(f.buffer.nbytes for f in frames[2:])
             if kind == JobKind.REPLY:
                 job.open = False
                 self.counters["episodes_ok" if ok else "episodes_failed"] += 1

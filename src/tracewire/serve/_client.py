@@ -1,10 +1,13 @@
 """EnvClient: asks env servers for rollouts and assembles the streamed episodes.
 
 One DEALER socket per server and one receive loop per socket; answers are matched to
-requests by request id. Each delta is sequence- and cursor-checked by an
-:class:`~tracewire.codec.EpisodeAssembler`; a frame that cannot be read is logged and
-skipped (the request it belonged to, if any, fails with a clear error), never ending the
-loop. Cancelling an awaiting call, or its timeout, tells the server to cancel the run.
+requests by request id. For servers on this host the client also binds one PULL socket on
+loopback and names it in each run, so the workers send episode data straight to it
+(``_direct``; ``direct=False`` keeps everything on the broker path). Each delta is
+sequence- and cursor-checked by an :class:`~tracewire.codec.EpisodeAssembler`; a frame
+that cannot be read is logged and skipped (the request it belonged to, if any, fails with
+a clear error), never ending the loop. Cancelling an awaiting call, or its timeout, tells
+the server to cancel the run.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import zmq
 from .._errors import DeltaError, ProtocolError, RunTimeout, ServeError, TracewireError
 from ..codec import EpisodeAssembler, EpisodeDelta, decode_frames
 from ..trace import SCHEMA_VERSION, Episode, new_id
+from ._direct import is_local_endpoint
 from ._io import Reader, send_retry
 from ._memory import tune_allocator
 from ._protocol import (
@@ -86,10 +90,14 @@ class EnvClient:
     of the 1,000-turn round trip. It affects the whole process (blocks under 64 MiB come
     from the heap; up to 256 MiB of freed heap is kept), so pass ``tune_memory=False``
     where that matters more than receive speed.
+
+    ``direct`` (on by default) lets workers of servers on this host send episode data
+    straight to this client, past the broker: two fewer socket hops per token byte.
     """
 
     def __init__(self, address: str | Sequence[str], *, timeout: float = DEFAULT_TIMEOUT,
-                 protocol: int = PROTOCOL_VERSION, tune_memory: bool = True) -> None:
+                 protocol: int = PROTOCOL_VERSION, tune_memory: bool = True,
+                 direct: bool = True) -> None:
         self.addresses = [address] if isinstance(address, str) else list(address)
         if not self.addresses:
             raise ValueError("EnvClient needs at least one server address")
@@ -103,6 +111,8 @@ class EnvClient:
         self._readers: dict[str, Reader] = {}
         self._pending: dict[str, _Request] = {}
         self._rr = itertools.count()
+        self._direct = direct
+        self._data_address: str | None = None
 
     # -- connection ------------------------------------------------------------------------
     def _ensure(self) -> None:
@@ -120,6 +130,15 @@ class EnvClient:
             reader = Reader(s, functools.partial(self._receive, addr), addr)
             reader.start()
             self._readers[addr] = reader
+        if self._direct and any(is_local_endpoint(a) for a in self.addresses):
+            data = self._ctx.socket(zmq.PULL)
+            data.setsockopt(zmq.LINGER, 0)
+            data.bind("tcp://127.0.0.1:0")
+            self._data_address = str(data.getsockopt_string(zmq.LAST_ENDPOINT))
+            self._socks[self._data_address] = data
+            reader = Reader(data, functools.partial(self._receive, "direct"), "direct")
+            reader.start()
+            self._readers[self._data_address] = reader
 
     async def connect(self, timeout: float = 10.0) -> EnvClient:
         """Check every server answers and speaks this protocol/schema version."""
@@ -145,6 +164,7 @@ class EnvClient:
         self._socks.clear()
         self._readers.clear()
         self._ctx = None
+        self._data_address = None
 
     async def __aenter__(self) -> EnvClient:
         return await self.connect()
@@ -210,6 +230,8 @@ class EnvClient:
             raise ValueError(f"request id {req.rid!r} is already in use")
         body: dict[str, Any] = {"task": task, "stream": on_delta is not None or not keep_frames,
                                 "keep_frames": keep_frames}
+        if self._data_address is not None and is_local_endpoint(addr):
+            body["data"] = self._data_address
         if kind == "run_group":
             body["r"] = r
             if group_id is not None:

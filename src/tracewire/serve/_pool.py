@@ -54,6 +54,9 @@ class WorkerPool(abc.ABC):
     #: True when workers run inside the broker's process; the broker then also binds an
     #: ``inproc://`` endpoint and hands it to :meth:`attach` (messages pass by reference).
     in_process: bool = False
+    #: Workers run on the broker's host, so they can reach a client's loopback data address
+    #: (the direct path, see ``_direct``); a pool of remote workers sets this False.
+    same_host: bool = True
 
     def attach(self, context: zmq.Context[Any], endpoint: str) -> None:  # noqa: B027
         """Receive the broker's ZMQ context and in-process endpoint (``in_process`` pools)."""

@@ -12,7 +12,8 @@ envelope is the msgpack array ``[proto, schema, kind, rid, body]``:
 Token data never goes in the envelope: deltas and episodes follow as the frames of
 :func:`tracewire.codec.encode_frames`. Between broker and worker a message is prefixed by one
 more frame, the *job frame* (``<QB``: job id, :class:`JobKind`), so the broker routes worker
-output to clients by reading 9 bytes and forwards the rest without decoding it.
+output to clients by reading 9 bytes and forwards the rest without decoding it. When the
+client and server share a host, a run's deltas and reply skip the broker (``_direct``).
 """
 
 from __future__ import annotations
@@ -77,6 +78,8 @@ class JobKind(IntEnum):
     ERROR = 2
     #: The worker stopped a cancelled job; frees its slot, never forwarded to a client.
     CANCELLED = 3
+    #: The worker sent the final reply straight to the client (see ``_direct``); no payload.
+    DONE = 4
 
 
 class Envelope(msgspec.Struct, frozen=True):

@@ -24,6 +24,7 @@ import zmq
 from ..codec import EpisodeDelta, encode_frames
 from ..trace import Episode
 from ._config import WorkerConfig
+from ._direct import DirectSenders, valid_data_address
 from ._io import Reader, send_retry
 from ._memory import tune_allocator
 from ._protocol import (
@@ -52,6 +53,7 @@ class _Worker:
         self.stopped = asyncio.Event()
         # Every ready message handled per wake-up, no future per message (see _io).
         self.io = Reader(sock, self.on_message, "broker")
+        self.direct = DirectSenders(sock.context)
 
     async def send(self, frames: list[Any]) -> None:
         await send_retry(self.io, frames)
@@ -78,10 +80,16 @@ class _Worker:
         episode = Episode(env=self.cfg.env, task_key=str(task.get("key", "")), task=task,
                           group_id=body.get("group_id"), group_index=index)
 
-        head = [job_frame(job, JobKind.DELTA), encode_envelope("delta", rid, {"i": index})]
+        data = body.get("data")
+        data = data if valid_data_address(data) else None
+        envelope = encode_envelope("delta", rid, {"i": index})
 
         def send_delta(d: EpisodeDelta, frames: list[Any]) -> None:
-            self.io.send([*head, *frames])  # zmq.Again: the streamer retries later
+            # zmq.Again: the streamer retries later.
+            if data is not None:
+                self.direct.send(data, [envelope, *frames])
+            else:
+                self.io.send([job_frame(job, JobKind.DELTA), envelope, *frames])
 
         streamer = EpisodeStreamer(episode, send_delta, stream=bool(body.get("stream", True)),
                                    coalesce_s=self.cfg.coalesce_s)
@@ -95,10 +103,10 @@ class _Worker:
             episode.add_error(type(exc).__name__, str(exc), phase="runner")
         finally:
             await streamer.finish()
-        await self.reply(job, rid, index, streamer, bool(body.get("keep_frames", False)))
+        await self.reply(job, rid, index, streamer, bool(body.get("keep_frames", False)), data)
 
     async def reply(self, job: int, rid: str, index: int, streamer: EpisodeStreamer,
-                    keep_frames: bool) -> None:
+                    keep_frames: bool, data: str | None) -> None:
         episode = streamer.episode
         body: dict[str, Any] = {
             "i": index,
@@ -117,8 +125,18 @@ class _Worker:
             frames = encode_frames(d)
             body["frames"] = "delta"
         body["seq"] = streamer.sender.seq + (0 if keep_frames else 1)
-        await self.send([job_frame(job, JobKind.REPLY), encode_envelope("reply", rid, body),
-                         *frames])
+        message = [encode_envelope("reply", rid, body), *frames]
+        if data is None:
+            await self.send([job_frame(job, JobKind.REPLY), *message])
+            return
+        while True:
+            try:
+                self.direct.send(data, message)
+                break
+            except zmq.Again:
+                # The client is slow to read; the broker's run timeout bounds the wait.
+                await asyncio.sleep(0.001)
+        await self.send([job_frame(job, JobKind.DONE), encode_envelope("done", rid)])
 
     def start_job(self, job: int, rid: str, body: dict[str, Any]) -> None:
         t = asyncio.create_task(self.run_job(job, rid, body), name=f"job-{job}")
@@ -158,6 +176,7 @@ class _Worker:
             await self.stopped.wait()
         finally:
             self.io.stop()
+            self.direct.close()
 
 
 async def serve_worker(cfg: WorkerConfig, context: zmq.Context[Any] | None = None) -> int:
