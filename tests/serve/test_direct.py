@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from tests.codec.equality import assert_episode_equal
 from tracewire.codec import decode_record, frames_to_record, record_bytes
-from tracewire.serve._direct import is_local_endpoint, valid_data_address
+from tracewire.serve._direct import is_local_endpoint, loopback_id, valid_data_address
 from tracewire.serve._protocol import encode_envelope
 
 from .conftest import client_of, serving
@@ -65,3 +69,26 @@ async def test_broker_refuses_data_addresses_off_this_host() -> None:
 def test_which_servers_count_as_local(address: str, local: bool) -> None:
     assert is_local_endpoint(address) is local
     assert valid_data_address(address) is (local and not address.startswith("inproc"))
+
+
+async def test_no_direct_path_when_the_server_has_another_loopback(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # A tunnelled 127.0.0.1 reaches another machine or network namespace: the server's hello
+    # then names another loopback. Simulated by changing what this client reports as its
+    # own (the only stand-in in this file: two network namespaces need privileges).
+    import tracewire.serve._client as client_mod
+
+    monkeypatch.setattr(client_mod, "loopback_id", lambda: "another-boot:1")
+    async with serving() as srv, client_of(srv) as client:
+        res = await client.run({"turns": 5, "tokens": 100})
+        assert srv.counters["bytes_forwarded"] >= len(record_bytes(res.episode))
+    assert len(res.episode.traces[0].nodes) == 10
+
+
+@pytest.mark.skipif(not Path("/proc/self/ns/net").exists(), reason="needs Linux /proc")
+def test_loopback_id_is_shared_by_processes_of_one_namespace() -> None:
+    here = loopback_id()
+    out = subprocess.run([sys.executable, "-c", "from tracewire.serve._direct import "
+                          "loopback_id; print(loopback_id())"], capture_output=True, text=True,
+                         check=True, timeout=60)
+    assert here is not None and ":" in here and out.stdout.strip() == here

@@ -24,7 +24,7 @@ import zmq
 from .._errors import BusyError, ProtocolError, RunTimeout, ServeError, WorkerDiedError
 from ..trace import SCHEMA_VERSION, new_id
 from ._config import DEFAULT_ADDRESS, ServerConfig
-from ._direct import valid_data_address
+from ._direct import loopback_id, valid_data_address
 from ._io import Reader
 from ._pool import LocalProcessPool, WorkerPool
 from ._protocol import (
@@ -78,6 +78,8 @@ class EnvServer:
                          "cancelled": 0, "timeouts": 0, "protocol_errors": 0,
                          "bytes_forwarded": 0}
         self.workers = Workers(self, pool or LocalProcessPool())
+        # Told to clients in `hello`, so they use the direct path only on a shared loopback.
+        self._loopback = loopback_id() if self.workers.pool.same_host else None
 
     # -- lifecycle -------------------------------------------------------------------------
     async def start(self) -> EnvServer:
@@ -288,7 +290,7 @@ class EnvServer:
         rid, body = env.rid, env.body
         if env.kind == "hello":
             self.answer(client, "reply", rid, {"proto": PROTOCOL_VERSION, "schema": SCHEMA_VERSION,
-                                               "env": self.env})
+                                               "env": self.env, "loopback": self._loopback})
         elif env.kind == "health":
             self.answer(client, "reply", rid, self.health())
         elif env.kind == "stats":

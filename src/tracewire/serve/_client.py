@@ -26,7 +26,7 @@ import zmq
 from .._errors import DeltaError, ProtocolError, RunTimeout, ServeError, TracewireError
 from ..codec import EpisodeAssembler, EpisodeDelta, decode_frames
 from ..trace import SCHEMA_VERSION, Episode, new_id
-from ._direct import is_local_endpoint
+from ._direct import is_local_endpoint, loopback_id
 from ._io import Reader, send_retry
 from ._memory import tune_allocator
 from ._protocol import (
@@ -92,7 +92,9 @@ class EnvClient:
     where that matters more than receive speed.
 
     ``direct`` (on by default) lets workers of servers on this host send episode data
-    straight to this client, past the broker: two fewer socket hops per token byte.
+    straight to this client, past the broker: two fewer socket hops per token byte. It is
+    used for a server only after :meth:`connect` found that it shares this process's
+    loopback (same kernel boot and network namespace; not through a tunnel).
     """
 
     def __init__(self, address: str | Sequence[str], *, timeout: float = DEFAULT_TIMEOUT,
@@ -113,6 +115,8 @@ class EnvClient:
         self._rr = itertools.count()
         self._direct = direct
         self._data_address: str | None = None
+        # Servers whose hello named this process's own loopback (see _direct).
+        self._direct_ok: set[str] = set()
 
     # -- connection ------------------------------------------------------------------------
     def _ensure(self) -> None:
@@ -149,6 +153,10 @@ class EnvClient:
                 raise ProtocolError(f"{addr} speaks protocol {body.get('proto')} / schema "
                                     f"{body.get('schema')}; this client speaks "
                                     f"{PROTOCOL_VERSION} / {SCHEMA_VERSION}")
+            here = loopback_id()
+            if self._data_address is not None and here is not None and \
+                    body.get("loopback") == here:
+                self._direct_ok.add(addr)
         return self
 
     async def close(self) -> None:
@@ -165,6 +173,7 @@ class EnvClient:
         self._readers.clear()
         self._ctx = None
         self._data_address = None
+        self._direct_ok.clear()
 
     async def __aenter__(self) -> EnvClient:
         return await self.connect()
@@ -230,7 +239,7 @@ class EnvClient:
             raise ValueError(f"request id {req.rid!r} is already in use")
         body: dict[str, Any] = {"task": task, "stream": on_delta is not None or not keep_frames,
                                 "keep_frames": keep_frames}
-        if self._data_address is not None and is_local_endpoint(addr):
+        if self._data_address is not None and addr in self._direct_ok:
             body["data"] = self._data_address
         if kind == "run_group":
             body["r"] = r

@@ -9,18 +9,28 @@ cancellation, timeouts and worker deaths still travel through the broker, which 
 only place that decides a job's fate; whichever final answer reaches the client first wins.
 
 Only loopback TCP and ``ipc://`` addresses are accepted, so a client cannot make workers
-connect elsewhere.
+connect elsewhere. A loopback server address does not prove a shared loopback (an SSH tunnel
+or another container forwards ``127.0.0.1`` to a different machine or network namespace),
+so the client turns the direct path on for a server only when the server's ``hello`` answer
+names the same kernel boot and network namespace as the client's own (:func:`loopback_id`).
 """
 
 from __future__ import annotations
 
+import os
 import re
 from collections import OrderedDict
 from typing import Any
 
 import zmq
 
-__all__ = ["MAX_DIRECT_SOCKETS", "DirectSenders", "is_local_endpoint", "valid_data_address"]
+__all__ = [
+    "MAX_DIRECT_SOCKETS",
+    "DirectSenders",
+    "is_local_endpoint",
+    "loopback_id",
+    "valid_data_address",
+]
 
 #: PUSH sockets a worker keeps open (one per client address); the least recently used goes.
 MAX_DIRECT_SOCKETS = 32
@@ -38,6 +48,21 @@ def valid_data_address(address: object) -> bool:
 def is_local_endpoint(address: str) -> bool:
     """True when a server at ``address`` runs on this host (so workers can reach loopback)."""
     return valid_data_address(address) or address.startswith("inproc://")
+
+
+def loopback_id() -> str | None:
+    """Who owns this process's loopback interface: kernel boot id and network namespace.
+
+    Two processes with the same id reach each other on ``127.0.0.1``. None where it cannot
+    be told (no ``/proc``): the direct path then stays off.
+    """
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            boot = f.read().strip()
+        netns = os.stat("/proc/self/ns/net").st_ino
+    except OSError:
+        return None
+    return f"{boot}:{netns}"
 
 
 class DirectSenders:
