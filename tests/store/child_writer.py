@@ -78,7 +78,9 @@ def zygote() -> None:
                 os._exit(0)
         print(f"pid {pid}", flush=True)
         _, status = os.waitpid(pid, 0)
-        print(f"exit {pid} {status}", flush=True)
+        # A writer killed in the middle of a print leaves a line without its newline: start
+        # on a fresh line so "exit" never glues onto it (the reader skips blank lines).
+        print(f"\nexit {pid} {status}", flush=True)
 
 
 if sys.argv[1:] == ["--zygote"]:

@@ -70,7 +70,13 @@ class _Lines:
         line, self.buf = self.buf.split(b"\n", 1)
         text = line.decode()
         self.seen.append(text)
-        return text.split()
+        return text.split() or self.next(timeout)  # blank: see child_writer.zygote
+
+
+def _full_ack(line: list[str]) -> bool:
+    """An ``acked ID`` line printed whole (a writer killed mid-print leaves a torn one)."""
+    return len(line) == 2 and line[0] == "acked" and len(line[1]) == 32 and all(
+        c in "0123456789abcdef" for c in line[1])
 
 
 def _gone(pid: int) -> bool:
@@ -95,7 +101,7 @@ def _kill_at_random(zygote: subprocess.Popen[bytes], lines: _Lines, args: list[s
     while got < wanted:
         line = lines.next()
         assert line and line[0] != "exit", "writer ended early"
-        if line[0] == "acked":
+        if _full_ack(line):
             acked.add(line[1])
             got += 1
     time.sleep(rng.random() * 0.02)
@@ -112,7 +118,7 @@ def _kill_at_random(zygote: subprocess.Popen[bytes], lines: _Lines, args: list[s
         if line[0] == "exit":
             assert int(line[2]) == signal.SIGKILL  # raw wait status: killed by SIGKILL
             return
-        if line[0] == "acked":
+        if _full_ack(line):
             acked.add(line[1])
 
 
