@@ -29,7 +29,11 @@ from .conftest import check_token_exact
 
 TASK = Task("t0", {"system": "Answer with one word.", "prompt": "What is the capital of France?",
                    "answer": "Paris"})
-FAST = Timeouts(boot=5, setup=0.3, agent=0.3, finalize=0.3, scoring=0.3)
+# Deadlines no healthy phase meets late, even on a loaded CI machine; a test that wants a
+# phase to time out shortens that phase's deadline alone (SHORT), so no other phase can
+# time out instead (a 0.3 s agent deadline once lost a finalize test to agent_timeout).
+GENEROUS = Timeouts(boot=10, setup=10, agent=10, finalize=10, scoring=10)
+SHORT = 0.3
 
 
 def is_paris(task: Task, trace: Trace) -> float:
@@ -51,8 +55,9 @@ class BootFails(ChatHarness):
 
 def make_env(**kw: Any) -> Environment:
     harness = kw.pop("harness", None) or ChatHarness(max_turns=2)
+    kw.setdefault("timeouts", GENEROUS)
     return Environment("t", tasks=[TASK], harness=harness, rewards=[is_paris],
-                       sampling={"max_tokens": 8}, timeouts=FAST, **kw)
+                       sampling={"max_tokens": 8}, **kw)
 
 
 async def rollout(env: Environment, proxy: Proxy, **kw: Any) -> Trace:
@@ -96,10 +101,11 @@ async def test_clean_rollout(proxy: Proxy, template: ChatTemplate) -> None:
 async def test_phase_failures_are_recorded(
     proxy: Proxy, kw: dict[str, Any], stop: str, phases: list[str] | None
 ) -> None:
-    trace = await rollout(make_env(**kw), proxy)
+    phase = stop.rsplit("_", 1)[0]
+    timeouts = GENEROUS.replace(**{phase: SHORT}) if stop.endswith("timeout") else None
+    trace = await rollout(make_env(**kw), proxy, timeouts=timeouts)
     assert trace.stop == stop
     assert not trace.ok
-    phase = stop.rsplit("_", 1)[0]
     assert [e.phase for e in trace.errors] == [phase]
     want_type = "PhaseTimeout" if stop.endswith("timeout") else None
     if want_type:
@@ -118,14 +124,16 @@ async def test_scoring_failures(proxy: Proxy) -> None:
     assert trace.errors[0].phase == "scoring" and "boom" in trace.errors[0].message
     assert "is_paris" in trace.rewards  # the other functions still count
 
-    trace = await rollout(make_env(metrics=[slow_metric]), proxy)
+    trace = await rollout(make_env(metrics=[slow_metric]), proxy,
+                          timeouts=GENEROUS.replace(scoring=SHORT))
     assert trace.stop == "scoring_timeout"
 
 
 async def test_timeouts_override(proxy: Proxy) -> None:
-    env = make_env(setup=lambda t, r: __import__("time").sleep(0.5))
+    env = make_env(setup=lambda t, r: __import__("time").sleep(0.5),
+                   timeouts=GENEROUS.replace(setup=SHORT))
     assert (await rollout(env, proxy)).stop == "setup_timeout"
-    trace = await rollout(env, proxy, timeouts=FAST.replace(setup=5))
+    trace = await rollout(env, proxy, timeouts=GENEROUS.replace(setup=5))
     assert trace.ok and trace.stop == "done"
 
 
@@ -167,7 +175,7 @@ async def test_retries_discard_abandoned_attempts(proxy: Proxy) -> None:
 async def test_failing_subprocess(proxy: Proxy) -> None:
     code = "import sys; sys.stderr.write('bad things\\n'); sys.exit(3)"
     env = make_env(harness=CommandHarness(["{python}", "-c", code]))
-    trace = await rollout(env, proxy, timeouts=FAST.replace(agent=30))
+    trace = await rollout(env, proxy, timeouts=GENEROUS.replace(agent=30))
     assert trace.stop == "agent_error"
     (err,) = trace.errors
     assert err.type == "CommandFailed" and "exit code 3" in err.message
@@ -188,7 +196,7 @@ async def test_hanging_subprocess_is_killed(proxy: Proxy, tmp_path: Path) -> Non
             "c = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); "
             f"open({str(pidfile)!r}, 'w').write(str(c.pid)); time.sleep(60)")
     env = make_env(harness=CommandHarness(["{python}", "-c", code]))
-    trace = await rollout(env, proxy, timeouts=FAST.replace(agent=1.5))
+    trace = await rollout(env, proxy, timeouts=GENEROUS.replace(agent=1.5))
     assert trace.stop == "agent_timeout"
     assert trace.info["command"]["killed"] is True
     child = int(pidfile.read_text())
@@ -212,7 +220,7 @@ async def test_command_env_vars_and_task_file(proxy: Proxy) -> None:
             "['OPENAI_BASE_URL', 'OPENAI_API_KEY', 'ANTHROPIC_BASE_URL', 'ANTHROPIC_API_KEY']}"
             " | {'same': json.loads(s) == t, 'key': t['key']}))")
     env = make_env(harness=CommandHarness([sys.executable, "-c", code]))
-    trace = await rollout(env, proxy, timeouts=FAST.replace(agent=30))
+    trace = await rollout(env, proxy, timeouts=GENEROUS.replace(agent=30))
     assert trace.ok, trace.errors
     got = __import__("json").loads(trace.info["command"]["stdout"])
     sid = trace.info["session"]
