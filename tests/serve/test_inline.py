@@ -7,7 +7,7 @@ from tracewire import Episode
 from tracewire.codec import EpisodeDelta, record_bytes
 from tracewire.serve import EnvClient, EnvServer, InlinePool, ServerConfig
 
-from .conftest import ADDRESS
+from .conftest import ADDRESS, until
 
 
 async def test_inline_workers_stream_runs_and_groups_then_stop_cleanly() -> None:
@@ -25,6 +25,13 @@ async def test_inline_workers_stream_runs_and_groups_then_stop_cleanly() -> None
             res = await client.run({"turns": 8, "tokens": 30, "delay": 0.01},
                                    on_delta=on_delta)
             group = await client.run_group({"turns": 50, "tokens": 1000}, 3)
+
+            async def counted() -> bool:
+                # Replies come straight from the workers; the broker counts their DONE notes
+                # a moment later.
+                return sum(w["done"] for w in (await client.stats())["workers"]) == 4
+
+            await until(counted, "the broker to count all four episodes")
             stats = await client.stats()
     finally:
         await server.stop(timeout=10)

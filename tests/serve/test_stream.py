@@ -11,7 +11,7 @@ from tracewire import Episode
 from tracewire.codec import EpisodeDelta, decode_record, frames_to_record, record_bytes
 from tracewire.serve import EnvClient
 
-from .conftest import client_of, serving
+from .conftest import client_of, serving, until
 
 
 async def test_run_streams_deltas_that_assemble_to_the_final_episode() -> None:
@@ -70,6 +70,13 @@ async def test_run_group_shares_a_group_id_and_streams_every_member() -> None:
     async with serving(workers=2) as srv, client_of(srv) as client:
         results = await client.run_group({"key": "g", "turns": 4, "tokens": 20, "delay": 0.01},
                                          4, on_delta=on_delta, group_id="grp-1")
+
+        async def all_done() -> bool:
+            # On the direct path the client has the replies before the broker has the
+            # workers' DONE notes: its counters catch up a moment later.
+            return sum(w["done"] for w in (await client.stats())["workers"]) == 4
+
+        await until(all_done, "the broker to count the group's episodes")
         stats = await client.stats()
     assert [r.episode.group_index for r in results] == [0, 1, 2, 3]
     assert {r.episode.group_id for r in results} == {"grp-1"}
