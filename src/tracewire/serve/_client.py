@@ -206,7 +206,7 @@ class EnvClient:
         try:
             async with deadline:
                 try:
-                    await send_retry(self._readers[addr],
+                    await send_retry(self._readers[addr].send,
                                      [encode_envelope(kind, req.rid, body, proto=self._protocol)])
                 except zmq.ZMQError as exc:
                     raise ServeError(f"cannot send to {addr}: {exc}") from exc

@@ -24,6 +24,8 @@ from typing import Any
 
 import zmq
 
+from ._io import send_frames
+
 __all__ = [
     "MAX_DIRECT_SOCKETS",
     "DirectSenders",
@@ -87,10 +89,7 @@ class DirectSenders:
                 old.close()
         else:
             self._socks.move_to_end(address)
-        last = len(frames) - 1
-        for i, frame in enumerate(frames):
-            # Only the first part can meet a full queue; the rest follow atomically.
-            sock.send(frame, zmq.NOBLOCK | (zmq.SNDMORE if i < last else 0), copy=False)
+        send_frames(sock, frames)
 
     def close(self) -> None:
         """Close every socket (queued messages get the linger time to leave)."""

@@ -19,7 +19,7 @@ from typing import Any, cast
 
 import zmq
 
-__all__ = ["MAX_BATCH", "Reader", "send_retry"]
+__all__ = ["MAX_BATCH", "Reader", "send_frames", "send_retry"]
 
 log = logging.getLogger("tracewire.serve")
 
@@ -93,22 +93,31 @@ class Reader:
 
     def send(self, frames: list[Any]) -> None:
         """Send at once; raises ``zmq.ZMQError`` (``zmq.Again`` when the peer's queue is full)."""
-        sock = self.sock
-        send = sock.send
-        last = len(frames) - 1
-        # Only the first part can meet a full queue (zmq.Again); the rest follow atomically.
-        for i, frame in enumerate(frames):
-            send(frame, _MORE if i < last else _NOBLOCK, copy=False)
+        send_frames(self.sock, frames)
         # The send may have consumed the edge that announced input: look for it.
-        if cast("int", sock.get(_EVENTS)) & _POLLIN:
+        if cast("int", self.sock.get(_EVENTS)) & _POLLIN:
             self._schedule()
 
 
-async def send_retry(reader: Reader, frames: list[Any], *, poll_s: float = 0.001) -> None:
-    """Send through ``reader``, waiting (without blocking the loop) while the queue is full."""
+def send_frames(sock: zmq.Socket[Any], frames: list[Any]) -> None:
+    """Send one multipart message without waiting and without copying the frames.
+
+    Raises ``zmq.Again`` when the peer's queue is full: only the first part can meet a full
+    queue; the rest follow atomically.
+    """
+    send = sock.send
+    last = len(frames) - 1
+    for i, frame in enumerate(frames):
+        send(frame, _MORE if i < last else _NOBLOCK, copy=False)
+
+
+async def send_retry(send: Callable[[list[Any]], None], frames: list[Any], *,
+                     poll_s: float = 0.001) -> None:
+    """Call ``send(frames)``, waiting (without blocking the loop) while it raises
+    ``zmq.Again`` (the peer's queue is full)."""
     while True:
         try:
-            reader.send(frames)
+            send(frames)
             return
         except zmq.Again:
             await asyncio.sleep(poll_s)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import gc
 import logging
 import os
@@ -56,7 +57,7 @@ class _Worker:
         self.direct = DirectSenders(sock.context)
 
     async def send(self, frames: list[Any]) -> None:
-        await send_retry(self.io, frames)
+        await send_retry(self.io.send, frames)
 
     async def heartbeat(self) -> None:
         while True:
@@ -129,13 +130,8 @@ class _Worker:
         if data is None:
             await self.send([job_frame(job, JobKind.REPLY), *message])
             return
-        while True:
-            try:
-                self.direct.send(data, message)
-                break
-            except zmq.Again:
-                # The client is slow to read; the broker's run timeout bounds the wait.
-                await asyncio.sleep(0.001)
+        # A client slow to read makes this wait; the broker's run timeout bounds it.
+        await send_retry(functools.partial(self.direct.send, data), message)
         await self.send([job_frame(job, JobKind.DONE), encode_envelope("done", rid)])
 
     def start_job(self, job: int, rid: str, body: dict[str, Any]) -> None:

@@ -33,6 +33,22 @@ def _grow(arr: NDArray[Any], n: int, need: int) -> NDArray[Any]:
     return new
 
 
+def _rows(arrays: Mapping[str, NDArray[Any]]) -> int:
+    """Rows of named column arrays; ``ValueError`` unless ``ids`` is one-dimensional, every
+    column has as many rows and the base columns have their dtypes."""
+    ids = arrays.get("ids")
+    if ids is None or ids.ndim != 1:
+        raise ValueError("columns need a one-dimensional 'ids' array")
+    rows = int(ids.shape[0])
+    for name, arr in arrays.items():
+        if arr.shape[:1] != (rows,):
+            raise ValueError(f"column {name!r} has {arr.shape[:1]} rows, ids has {rows}")
+        want = BASE_COLUMNS.get(name)
+        if want is not None and arr.dtype != want:
+            raise ValueError(f"column {name!r} must be {want}, got {arr.dtype}")
+    return rows
+
+
 class Columns:
     """Token columns of one trace; ``len(columns)`` is the number of tokens."""
 
@@ -59,17 +75,9 @@ class Columns:
         ``arrays`` must hold at least ``ids``; missing base columns are filled with their
         defaults. All arrays must have the same first dimension.
         """
-        if "ids" not in arrays:
-            raise ValueError("columns need an 'ids' array")
-        n = int(arrays["ids"].shape[0])
+        n = _rows(arrays)
         self = cls()
-        for name, arr in arrays.items():
-            if arr.shape[:1] != (n,):
-                raise ValueError(f"column {name!r} has {arr.shape[:1]} rows, ids has {n}")
-            want = BASE_COLUMNS.get(name)
-            if want is not None and arr.dtype != want:
-                raise ValueError(f"column {name!r} must be {want}, got {arr.dtype}")
-            self._arrays[name] = arr
+        self._arrays.update(arrays)
         self._cap = 0  # adopted arrays may be read-only
         if "mask" not in arrays:
             self._arrays["mask"] = np.zeros(n, dtype=np.uint8)
@@ -205,16 +213,7 @@ class Columns:
         of extends costs one copy in total; they must not be modified afterwards (arrays
         decoded from frames are read-only).
         """
-        ids = arrays.get("ids")
-        if ids is None or ids.ndim != 1:
-            raise ValueError("extend needs a one-dimensional 'ids' array")
-        rows = int(ids.shape[0])
-        for name, arr in arrays.items():
-            if arr.shape[:1] != (rows,):
-                raise ValueError(f"column {name!r} has {arr.shape[:1]} rows, ids has {rows}")
-            want = BASE_COLUMNS.get(name)
-            if want is not None and arr.dtype != want:
-                raise ValueError(f"column {name!r} must be {want}, got {arr.dtype}")
+        rows = _rows(arrays)
         start = len(self)
         self._pending.append(arrays)
         self._pending_rows += rows
