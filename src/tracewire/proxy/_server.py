@@ -216,9 +216,6 @@ class Proxy:
         dialect = "anthropic" if "anthropic-version" in request.headers else "openai"
         return error_response(dialect, 404, f"no route {request.method} {request.path}")
 
-    def _headers(self) -> dict[str, str]:
-        return self._upstream_headers
-
     async def _models(self, request: web.Request) -> web.Response:
         try:
             self._auth(request)
@@ -226,7 +223,8 @@ class Proxy:
             return error_response("openai", e.status, e.message)
         assert self._client is not None
         try:
-            async with self._client.get(self.upstream + "/models", headers=self._headers()) as r:
+            async with self._client.get(self.upstream + "/models",
+                                        headers=self._upstream_headers) as r:
                 data = await r.read()
                 status = r.status
         except (aiohttp.ClientError, TimeoutError) as exc:
@@ -244,7 +242,7 @@ class Proxy:
             return error_response("anthropic", e.status, e.message)
         assert self._client is not None
         try:
-            n = await count_tokens_request(self._client, self.upstream, up, self._headers())
+            n = await count_tokens_request(self._client, self.upstream, up, self._upstream_headers)
         except ProxyError as exc:
             return error_response("anthropic", 502, str(exc))
         return web.Response(body=orjson.dumps({"input_tokens": n}),

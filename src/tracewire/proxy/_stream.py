@@ -98,7 +98,7 @@ async def relay_stream(
         await write(streamer.keepalive, keep=False)
 
     post = asyncio.ensure_future(client.post(
-        proxy.upstream + "/chat/completions", data=payload, headers=proxy._headers()))
+        proxy.upstream + "/chat/completions", data=payload, headers=proxy._upstream_headers))
     upstream: aiohttp.ClientResponse | None = None
     try:
         try:
