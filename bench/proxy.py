@@ -1,15 +1,16 @@
 """Proxy overhead: added latency per turn vs. calling the same upstream directly.
 
-Processes: the proxy, and this process, which runs both the load generator and a fast fake
-vLLM-shaped upstream on one event loop. The apparatus shares one process so the proxy has a
-core to itself on the 2-core VM: with three busy processes on two cores, one of them waits
-a scheduler time slice (5-12 ms lags measured in the proxy's loop, no GC) and p99 measured
-the scheduler, not the proxy. ``--separate-upstream`` restores the three-process layout.
+Processes, as deployed: the load generator (the harnesses), a fast fake vLLM-shaped
+upstream, and the proxy. Direct turns go harness -> upstream, proxied ones harness -> proxy
+-> upstream, each hop between processes as in production. ``--shared-upstream`` runs the
+upstream on the load generator's event loop instead (two busy processes on the 2-core VM
+rather than three, but the direct baseline then never crosses a process, so the proxy is
+also charged for the wake-ups a real direct call pays too).
 Cases:
 ``overhead_64_sessions`` (64 sessions, 500 turns/s in total, p50/p99 of proxy latency minus
 the direct latency at the same load) and ``one_session`` (the proxy's own cost of turn 10
 vs. turn 1,000 of one long session: proxied minus direct latency of the same request).
-Run: ``.venv/bin/python bench/proxy.py [SECONDS] [--separate-upstream]``.
+Run: ``.venv/bin/python bench/proxy.py [SECONDS] [--shared-upstream]``.
 """
 
 from __future__ import annotations
@@ -29,17 +30,29 @@ import orjson
 from aiohttp import web
 
 ROLES = {"system": 10, "user": 11, "assistant": 12, "tool": 13}
+# JSON text of each message's rendered ids, memoized: a real server's prompt work is on its
+# GPU, and a fake that re-rendered 2,000 messages in Python per turn spent 8-14 ms (with
+# GC-driven spread) at turn 1,000, which buried the proxy's cost in the upstream's noise.
+_RENDERED: dict[tuple[str, str], bytes] = {}
 
 
 def _ids(text: str) -> list[int]:
     return [1000 + b for b in text.encode()]
 
 
-def _render(messages: list[dict[str, Any]]) -> list[int]:
-    out: list[int] = []
-    for m in messages:
-        out += [ROLES[m["role"]], *_ids(m.get("content") or ""), 2]
-    return [*out, 12]
+def _rendered(role: str, content: str) -> bytes:
+    key = (role, content)
+    out = _RENDERED.get(key)
+    if out is None:
+        out = _RENDERED[key] = b",".join(
+            str(i).encode() for i in (ROLES[role], *_ids(content), 2))
+    return out
+
+
+def _prompt_json(messages: list[dict[str, Any]]) -> bytes:
+    """The JSON array of the prompt's ids (messages rendered, then the assistant header)."""
+    parts = [_rendered(m["role"], m.get("content") or "") for m in messages]
+    return b"[" + b",".join([*parts, b"12"]) + b"]"
 
 
 async def _fake_chat(request: web.Request) -> web.Response:
@@ -47,6 +60,7 @@ async def _fake_chat(request: web.Request) -> web.Response:
     msgs = req["messages"]
     content = f"ok {len(msgs)}"
     comp = [*_ids(content), 2]
+    want_ids = bool(req.get("return_token_ids"))
     body: dict[str, Any] = {
         "id": "chatcmpl-b", "object": "chat.completion", "created": 0, "model": "fake",
         "choices": [{"index": 0, "message": {"role": "assistant", "content": content},
@@ -54,11 +68,13 @@ async def _fake_chat(request: web.Request) -> web.Response:
                      "logprobs": {"content": [{"token": "x", "logprob": -0.5, "bytes": [],
                                                "top_logprobs": []} for _ in comp]}
                      if req.get("logprobs") else None,
-                     "token_ids": comp if req.get("return_token_ids") else None}],
+                     "token_ids": comp if want_ids else None}],
         "usage": {"prompt_tokens": 1, "completion_tokens": len(comp), "total_tokens": 1},
-        "prompt_token_ids": _render(msgs) if req.get("return_token_ids") else None,
     }
-    return web.Response(body=orjson.dumps(body), content_type="application/json")
+    out = orjson.dumps(body)
+    # vLLM's field order: prompt_token_ids is the last top-level key.
+    tail = b',"prompt_token_ids":' + (_prompt_json(msgs) if want_ids else b"null") + b"}"
+    return web.Response(body=out[:-1] + tail, content_type="application/json")
 
 
 async def _start_upstream() -> tuple[web.AppRunner, str]:
@@ -72,7 +88,8 @@ async def _start_upstream() -> tuple[web.AppRunner, str]:
 
 
 def _upstream_main(q: Any) -> None:
-    gc.freeze()  # as tracewire's own processes do after start-up (cli.main)
+    _tune()
+    _no_gc()
 
     async def main() -> None:
         _, url = await _start_upstream()
@@ -200,14 +217,14 @@ async def _measure(upstream: str, sessions: list[tuple[str, str]], seconds: floa
     _line("one_session", "turn_1000_ms", statistics.median(cost[k] for k in range(991, 1001)), 10)
 
 
-async def _run(seconds: float, separate: bool) -> None:
+async def _run(seconds: float, shared: bool) -> None:
     ctx = mp.get_context("spawn")
     q: Any = ctx.Queue()
     loop = asyncio.get_running_loop()
     procs = []
     runner = None
     try:
-        if separate:
+        if not shared:
             up = ctx.Process(target=_upstream_main, args=(q,), daemon=True)
             up.start()
             procs.append(up)
@@ -226,11 +243,30 @@ async def _run(seconds: float, separate: bool) -> None:
             await runner.cleanup()
 
 
+def _tune() -> None:
+    # The apparatus keeps freed bodies in its heap as the proxy does (ProxyConfig.tune_memory):
+    # page faults on the 400 KB answers of turn 1,000 made the fake upstream slow and noisy,
+    # and a direct call that receives that answer cheaply hides none of the proxy's cost.
+    from tracewire._memory import tune_allocator
+
+    tune_allocator()
+
+
+def _no_gc() -> None:
+    # Apparatus only: the fake upstream parses 2,000 messages per turn late in one_session,
+    # and collections triggered by those dicts landed at random in either the proxied or
+    # the direct call of a pair, blurring the difference measured. They make no cycles
+    # worth collecting in a bench run. (The proxy's process keeps its GC, frozen.)
+    gc.freeze()
+    gc.disable()
+
+
 def main() -> int:
-    gc.freeze()  # the load generator's own full collections would blur both latencies
+    _tune()
+    _no_gc()
     args = [a for a in sys.argv[1:] if not a.startswith("--")]
     seconds = float(args[0]) if args else 8.0
-    asyncio.run(_run(seconds, "--separate-upstream" in sys.argv))
+    asyncio.run(_run(seconds, "--shared-upstream" in sys.argv))
     return 0
 
 

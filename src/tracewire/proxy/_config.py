@@ -50,5 +50,10 @@ class ProxyConfig:
     thread_threshold_bytes: int = 256 * 1024
     #: Most upstream connections at once (across all sessions).
     upstream_connections: int = 1024
+    #: Raise this process's glibc mmap/trim thresholds when the proxy starts (see
+    #: :func:`tracewire._memory.tune_allocator`): request and upstream bodies of long
+    #: sessions then reuse heap memory instead of page-faulting fresh mmaps every turn. It
+    #: affects the whole process and keeps up to 256 MiB of freed heap; False opts out.
+    tune_memory: bool = True
     request_hooks: list[RequestHook] = field(default_factory=list)
     response_hooks: list[ResponseHook] = field(default_factory=list)

@@ -16,6 +16,7 @@ import orjson
 from aiohttp import web
 
 from .._errors import ProxyError, SessionError
+from .._memory import tune_allocator
 from ..trace import Call, Span, Trace
 from ._anthropic import AnthropicAdapter, count_tokens_request
 from ._config import ProxyConfig
@@ -86,6 +87,8 @@ class Proxy:
 
     async def start(self) -> None:
         """Bind and serve; adds the session API routes when ``session_api`` is true."""
+        if self.config.tune_memory:
+            tune_allocator()
         if self.session_api:
             try:
                 from ..samples import add_session_routes
@@ -312,7 +315,8 @@ class Proxy:
 
         def commit(out: Outcome) -> None:
             assert call.span is not None
-            call.span.end = time.time()
+            if call.span.end is None:
+                call.span.end = time.time()
             nodes = session.graph.commit(prep, out, call, up.all_messages)
             span = up.msgs_span
             if nodes and span is not None and up.hasher is not None:
@@ -402,10 +406,25 @@ class Proxy:
         if request.transport is None or request.transport.is_closing():
             session.graph.fail(call, "harness disconnected before the answer")
             return web.Response(status=499)
-        commit(out)
+        assert call.span is not None
+        call.span.end = time.time()
         body = adapter.reply(up, d, out, None if rewritten else data)
         remember((200, "application/json", body))
+        # The answer is complete and validated; recording it is not the harness's wait.
+        # aiohttp writes the response right after this returns, and a callback queued now
+        # runs on the next loop pass, before any request that reaches us after the answer
+        # (asyncio runs queued callbacks before those of newly polled I/O).
+        asyncio.get_running_loop().call_soon(_commit_soon, commit, out, session, call)
         return web.Response(body=body, content_type="application/json")
+
+
+def _commit_soon(commit: Callable[[Outcome], None], out: Outcome, session: Session,
+                 call: Call) -> None:
+    try:
+        commit(out)
+    except Exception as exc:  # a bug: keep serving, and say so on the trace
+        log.exception("recording a turn failed")
+        session.graph.fail(call, f"recording the turn failed: {exc!r}")
 
 
 async def read_prompt(proxy: Proxy, session: Session, span: RawSpan) -> PromptIds | None:

@@ -13,7 +13,7 @@ import msgspec
 
 from ._broker import EnvServer
 from ._config import DEFAULT_ADDRESS, ServerConfig
-from ._memory import tune_allocator
+from .._memory import tune_allocator
 from ._pool import InlinePool
 
 __all__ = ["HELP", "configure", "run"]

@@ -28,7 +28,7 @@ from ..codec import EpisodeAssembler, EpisodeDelta, decode_frames
 from ..trace import SCHEMA_VERSION, Episode, new_id
 from ._direct import is_local_endpoint, loopback_id
 from ._io import Reader, send_retry
-from ._memory import tune_allocator
+from .._memory import tune_allocator
 from ._protocol import (
     PROTOCOL_VERSION,
     cursor_list,
@@ -85,7 +85,7 @@ class EnvClient:
     """Client of one or several env servers; spreads runs over them by pending load.
 
     ``tune_memory`` (on by default) raises this process's glibc mmap/trim thresholds (see
-    :func:`~tracewire.serve._memory.tune_allocator`) so received token memory is reused
+    :func:`~tracewire._memory.tune_allocator`) so received token memory is reused
     instead of page-faulted anew for every episode: on the development VM that was 12 ms
     of the 1,000-turn round trip. It affects the whole process (blocks under 64 MiB come
     from the heap; up to 256 MiB of freed heap is kept), so pass ``tune_memory=False``

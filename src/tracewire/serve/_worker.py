@@ -27,7 +27,7 @@ from ..trace import Episode
 from ._config import WorkerConfig
 from ._direct import DirectSenders, valid_data_address
 from ._io import Reader, send_retry
-from ._memory import tune_allocator
+from .._memory import tune_allocator
 from ._protocol import (
     JobKind,
     cursor_list,

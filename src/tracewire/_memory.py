@@ -1,7 +1,9 @@
 """Keep freed token memory in the process heap so the next episode reuses it.
 
-Episodes stream megabytes of token columns that grow by doubling, and ZMQ allocates a
-buffer per large message. With glibc's defaults each of those blocks is a fresh ``mmap``
+Episodes stream megabytes of token columns that grow by doubling, ZMQ allocates a buffer per
+large message, and the proxy reads each turn's request and upstream answer (hundreds of KB
+late in a long session) into fresh bytes. With glibc's defaults each of those blocks is a
+fresh ``mmap``
 (or a heap top that is trimmed and grown again), so every episode pays a page fault per
 4 KiB touched, which on the development VM cost more CPU than the copies themselves.
 Raising the mmap and trim thresholds makes freed blocks stay in the heap and be reused.
@@ -27,8 +29,9 @@ _done = False
 def tune_allocator() -> bool:
     """Raise glibc's mmap and trim thresholds for this process; False where not glibc.
 
-    Meant for processes that exist to move episodes (env server broker and workers); the
-    memory kept is bounded by the process's own peak. Idempotent.
+    Meant for processes that exist to move episodes and turns (env server broker, workers
+    and clients; the proxy); the memory kept is bounded by the process's own peak.
+    Idempotent.
     """
     global _done
     if _done:
