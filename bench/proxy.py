@@ -5,12 +5,17 @@ upstream, and the proxy. Direct turns go harness -> upstream, proxied ones harne
 -> upstream, each hop between processes as in production. ``--shared-upstream`` runs the
 upstream on the load generator's event loop instead (two busy processes on the 2-core VM
 rather than three, but the direct baseline then never crosses a process, so the proxy is
-also charged for the wake-ups a real direct call pays too).
+also charged for the wake-ups a real direct call pays too). The proxy is pinned to a core of
+its own and the apparatus to the others (see ``_pin``); ``--no-pin`` leaves placement to
+the scheduler.
 Cases:
 ``overhead_64_sessions`` (64 sessions, 500 turns/s in total, p50/p99 of proxy latency minus
 the direct latency at the same load) and ``one_session`` (the proxy's own cost of turn 10
-vs. turn 1,000 of one long session: proxied minus direct latency of the same request).
-Run: ``.venv/bin/python bench/proxy.py [SECONDS] [--shared-upstream]``.
+vs. turn 1,000 of one long session: proxied minus direct latency of the same request,
+medians of turns 5-24 and 981-1000). ``floor_*``: the same for a bare aiohttp pass-through
+that parses and records nothing (``_floor_main``), measured in the same run: the part of
+the overhead that is aiohttp's HTTP server and client plus one more hop, not ours.
+Run: ``.venv/bin/python bench/proxy.py [SECONDS] [--shared-upstream] [--no-pin]``.
 """
 
 from __future__ import annotations
@@ -112,6 +117,32 @@ def _proxy_main(upstream: str, n: int, q: Any) -> None:
     asyncio.run(main())
 
 
+def _floor_main(upstream: str, q: Any) -> None:
+    """The floor: a bare aiohttp pass-through (same server and client stack as the proxy,
+    nothing parsed, added or recorded). What any aiohttp-based proxy pays per turn."""
+    gc.freeze()
+
+    async def main() -> None:
+        client = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
+
+        async def forward(request: web.Request) -> web.Response:
+            body = await request.read()
+            async with client.post(upstream + "/chat/completions", data=body,
+                                   headers={"Content-Type": "application/json"}) as r:
+                return web.Response(body=await r.read(), status=r.status,
+                                    content_type="application/json")
+
+        app = web.Application(client_max_size=1 << 30)
+        app.router.add_post("/v1/chat/completions", forward)
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        await web.TCPSite(runner, "127.0.0.1", 0).start()
+        q.put(f"http://127.0.0.1:{runner.addresses[0][1]}/v1")
+        await asyncio.Event().wait()
+
+    asyncio.run(main())
+
+
 def _pct(xs: list[float], p: float) -> float:
     xs = sorted(xs)
     return xs[min(len(xs) - 1, int(p * len(xs)))]
@@ -156,21 +187,26 @@ async def _load(targets: list[tuple[str, str]], rate: float, seconds: float,
     return lat
 
 
-async def _one_session(url: str, secret: str, upstream: str, turns: int) -> dict[int, float]:
+async def _one_session(url: str, secret: str, floor: str, upstream: str, turns: int
+                       ) -> tuple[dict[int, float], dict[int, float]]:
+    """Per turn of one long conversation: (proxied minus direct, floor minus direct), each
+    direct call being the best of two made right after, with the same token fields."""
     cost: dict[int, float] = {}
+    floor_cost: dict[int, float] = {}
     msgs: list[dict[str, Any]] = [{"role": "system", "content": "bench " * 20}]
+    up = upstream + "/chat/completions"
     async with aiohttp.ClientSession() as c:
         for k in range(1, turns + 1):
             msgs.append({"role": "user", "content": f"turn {k}: " + "words " * 10})
             body = orjson.dumps({"model": "fake", "messages": msgs})
-            direct_body = orjson.dumps({"model": "fake", "messages": msgs,
-                                        "return_token_ids": True, "logprobs": True})
+            token_body = orjson.dumps({"model": "fake", "messages": msgs,
+                                       "return_token_ids": True, "logprobs": True})
             prox = await _post(c, url + "/chat/completions", body, secret)
-            d = min([await _post(c, upstream + "/chat/completions", direct_body, "x")
-                     for _ in range(2)])
-            cost[k] = prox - d
+            cost[k] = prox - min([await _post(c, up, token_body, "x") for _ in range(2)])
+            bare = await _post(c, floor + "/chat/completions", body, "x")
+            floor_cost[k] = bare - min([await _post(c, up, body, "x") for _ in range(2)])
             msgs.append({"role": "assistant", "content": f"ok {len(msgs)}"})
-    return cost
+    return cost, floor_cost
 
 
 def _cpu_s(pid: int) -> float | None:
@@ -191,15 +227,19 @@ def _line(case: str, metric: str, ours: float, runs: int, baseline: float | None
                       "better": "lower", "runs": runs}), flush=True)
 
 
-async def _measure(upstream: str, sessions: list[tuple[str, str]], seconds: float,
-                   proxy_pid: int) -> None:
+async def _measure(upstream: str, floor: str, sessions: list[tuple[str, str]],
+                   seconds: float, proxy_pid: int) -> None:
     direct_targets = [(upstream, "x")] * 64
+    floor_targets = [(floor, "x")] * 64
     await _load(direct_targets, 500, 1.0, True)  # warm up
     await _load(sessions[:64], 500, 1.0, False)
+    await _load(floor_targets, 500, 1.0, False)
     d_lat = await _load(direct_targets, 500, seconds, True)
     c0 = _cpu_s(proxy_pid)
     p_lat = await _load(sessions[:64], 500, seconds, False)
     c1 = _cpu_s(proxy_pid)
+    f_lat = await _load(floor_targets, 500, seconds, False)
+    fd_lat = await _load(direct_targets, 500, seconds, False)
     n = min(len(d_lat), len(p_lat))
     _line("overhead_64_sessions", "overhead_p50_ms",
           statistics.median(p_lat) - statistics.median(d_lat), n)
@@ -211,13 +251,24 @@ async def _measure(upstream: str, sessions: list[tuple[str, str]], seconds: floa
         # and 1000 / this is the turns/s one proxy process can sustain.
         _line("overhead_64_sessions", "proxy_cpu_per_turn_ms", (c1 - c0) * 1000 / len(p_lat),
               len(p_lat))
+    n = min(len(f_lat), len(fd_lat))
+    _line("floor_64_sessions", "overhead_p50_ms",
+          statistics.median(f_lat) - statistics.median(fd_lat), n)
+    _line("floor_64_sessions", "overhead_p99_ms", _pct(f_lat, 0.99) - _pct(fd_lat, 0.99), n)
     url, secret = sessions[64]
-    cost = await _one_session(url, secret, upstream, 1000)
-    _line("one_session", "turn_10_ms", statistics.median(cost[k] for k in range(6, 16)), 10)
-    _line("one_session", "turn_1000_ms", statistics.median(cost[k] for k in range(991, 1001)), 10)
+    cost, floor_cost = await _one_session(url, secret, floor, upstream, 1000)
+    for case, c in (("one_session", cost), ("floor_one_session", floor_cost)):
+        _line(case, "turn_10_ms", statistics.median(c[k] for k in _EARLY), len(_EARLY))
+        _line(case, "turn_1000_ms", statistics.median(c[k] for k in _LATE), len(_LATE))
 
 
-async def _run(seconds: float, shared: bool) -> None:
+#: The turns whose median cost stands for "turn 10" and "turn 1,000" (20 each: one turn's
+#: difference of two latencies swings by a millisecond on the 2-core VM).
+_EARLY = range(5, 25)
+_LATE = range(981, 1001)
+
+
+async def _run(seconds: float, shared: bool, pin: bool) -> None:
     ctx = mp.get_context("spawn")
     q: Any = ctx.Queue()
     loop = asyncio.get_running_loop()
@@ -231,16 +282,40 @@ async def _run(seconds: float, shared: bool) -> None:
             upstream = await loop.run_in_executor(None, q.get, True, 60)
         else:
             runner, upstream = await _start_upstream()
+        fl = ctx.Process(target=_floor_main, args=(upstream, q), daemon=True)
+        fl.start()
+        procs.append(fl)
+        floor = await loop.run_in_executor(None, q.get, True, 60)
         px = ctx.Process(target=_proxy_main, args=(upstream, 65, q), daemon=True)
         px.start()
         procs.append(px)
+        if pin:
+            # The floor takes the proxy's core too: it is measured in its place.
+            _pin([px.pid or 0, fl.pid or 0], [p.pid or 0 for p in procs if p not in (px, fl)])
         sessions = await loop.run_in_executor(None, q.get, True, 60)
-        await _measure(upstream, sessions, seconds, px.pid or 0)
+        await _measure(upstream, floor, sessions, seconds, px.pid or 0)
     finally:
         for p in procs:
             p.terminate()
         if runner is not None:
             await runner.cleanup()
+
+
+def _pin(measured: list[int], apparatus: list[int]) -> None:
+    """Give the proxy a core of its own, the harnesses and upstream the others (Linux).
+
+    With three busy processes on two cores one of them is always waiting for a time slice;
+    the proxy's loop then showed 6-15 ms lags with no GC running, and p99 measured the
+    scheduler. A deployed proxy shares a many-core node with nothing that starves it.
+    """
+    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    if len(cpus) < 2:
+        return
+    rest = set(cpus[:-1])
+    for pid in measured:
+        os.sched_setaffinity(pid, {cpus[-1]})
+    for pid in [0, *apparatus]:
+        os.sched_setaffinity(pid, rest)
 
 
 def _tune() -> None:
@@ -266,7 +341,7 @@ def main() -> int:
     _no_gc()
     args = [a for a in sys.argv[1:] if not a.startswith("--")]
     seconds = float(args[0]) if args else 8.0
-    asyncio.run(_run(seconds, "--shared-upstream" in sys.argv))
+    asyncio.run(_run(seconds, "--shared-upstream" in sys.argv, "--no-pin" not in sys.argv))
     return 0
 
 
