@@ -126,6 +126,66 @@ async def test_upstream_failure_is_502_and_recorded(fake: Fake, proxy: Proxy,
     assert s.trace.calls[1].node is not None
 
 
+async def test_turn_is_recorded_before_the_next_request_is_read(fake: Fake,
+                                                                proxy: Proxy) -> None:
+    # The answer is written before the turn is recorded; a request that follows on the
+    # same keep-alive connection, sent the moment the answer is read, must still find the
+    # turn (it extends it rather than starting a branch).
+    s = proxy.create_session()
+    reader, writer = await asyncio.open_connection(proxy.host, proxy.port)
+
+    async def turn(msgs: list[dict[str, Any]]) -> dict[str, Any]:
+        body = orjson.dumps({"model": "m", "messages": msgs})
+        writer.write(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+                     b"Authorization: Bearer " + s.secret.encode() + b"\r\n"
+                     b"Content-Type: application/json\r\n"
+                     b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+        head = await reader.readuntil(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 200")
+        length = int(head.lower().split(b"content-length:")[1].split(b"\r\n")[0])
+        return dict(orjson.loads(await reader.readexactly(length)))
+
+    msgs: list[dict[str, Any]] = [{"role": "user", "content": "one"}]
+    for k in range(5):
+        answer = (await turn(msgs))["choices"][0]["message"]
+        assert len(s.trace.calls) == k + 1  # recorded by the time the harness reads
+        msgs += [{"role": "assistant", "content": answer["content"]},
+                 {"role": "user", "content": f"again {k}"}]
+    writer.close()
+    calls = s.trace.calls
+    for prev, nxt in zip(calls, calls[1:], strict=False):
+        # every turn hangs under the previous answer: one branch, no re-rooting
+        assert s.trace.nodes[nxt.prompt_node].parent == prev.node
+    assert s.trace.info.get("token_mismatches", 0) == 0
+
+
+async def test_a_recording_bug_is_reported_and_serving_goes_on(
+        fake: Fake, proxy: Proxy, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A failure inside the commit cannot be provoked through the HTTP API (it would be a
+    # bug), so the graph's commit is made to raise once.
+    from tracewire.proxy._graph import TurnGraph
+
+    real = TurnGraph.commit
+    calls = iter([True])
+
+    def broken(self: TurnGraph, *args: Any) -> list[int]:
+        if next(calls, False):
+            raise RuntimeError("simulated bug")
+        return real(self, *args)
+
+    monkeypatch.setattr(TurnGraph, "commit", broken)
+    s = proxy.create_session()
+    client = openai.AsyncOpenAI(base_url=s.base_url, api_key=s.secret, max_retries=0)
+    first = await client.chat.completions.create(model="m", messages=MSGS)  # type: ignore[arg-type]
+    await asyncio.sleep(0)
+    assert first.choices[0].message.content  # the harness got its answer
+    assert s.trace.calls[0].node is None and "simulated bug" in (s.trace.calls[0].error or "")
+    assert any("simulated bug" in e.message for e in s.trace.errors)
+    await client.chat.completions.create(model="m", messages=MSGS)  # type: ignore[arg-type]
+    await client.close()
+    assert s.trace.calls[1].node is not None
+
+
 async def test_upstream_unreachable() -> None:
     async with Proxy("http://127.0.0.1:9/v1") as p:
         s = p.create_session()
