@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 from typing import Any
 
 import aiohttp
@@ -153,7 +154,7 @@ async def test_turn_is_recorded_before_the_next_request_is_read(fake: Fake,
                  {"role": "user", "content": f"again {k}"}]
     writer.close()
     calls = s.trace.calls
-    for prev, nxt in zip(calls, calls[1:], strict=False):
+    for prev, nxt in itertools.pairwise(calls):
         # every turn hangs under the previous answer: one branch, no re-rooting
         assert s.trace.nodes[nxt.prompt_node].parent == prev.node
     assert s.trace.info.get("token_mismatches", 0) == 0

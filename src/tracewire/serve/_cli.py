@@ -11,9 +11,9 @@ from typing import Any
 
 import msgspec
 
+from .._memory import tune_allocator
 from ._broker import EnvServer
 from ._config import DEFAULT_ADDRESS, ServerConfig
-from .._memory import tune_allocator
 from ._pool import InlinePool
 
 __all__ = ["HELP", "configure", "run"]

@@ -24,11 +24,11 @@ from typing import Any
 import zmq
 
 from .._errors import DeltaError, ProtocolError, RunTimeout, ServeError, TracewireError
+from .._memory import tune_allocator
 from ..codec import EpisodeAssembler, EpisodeDelta, decode_frames
 from ..trace import SCHEMA_VERSION, Episode, new_id
 from ._direct import is_local_endpoint, loopback_id
 from ._io import Reader, send_retry
-from .._memory import tune_allocator
 from ._protocol import (
     PROTOCOL_VERSION,
     cursor_list,

@@ -22,12 +22,12 @@ from typing import Any
 import msgspec
 import zmq
 
+from .._memory import tune_allocator
 from ..codec import EpisodeDelta, encode_frames
 from ..trace import Episode
 from ._config import WorkerConfig
 from ._direct import DirectSenders, valid_data_address
 from ._io import Reader, send_retry
-from .._memory import tune_allocator
 from ._protocol import (
     JobKind,
     cursor_list,
