@@ -214,3 +214,17 @@ def test_parse_tail_needs_an_id_boundary() -> None:
     assert tail_of(b'[1, 2, 13, 7]') is None
     assert tail_of(b'[1, 2]') is None
     assert tail_of(b'[1, 2, 12, "x"]') is None
+
+
+def test_upstream_body_is_the_harness_bytes_plus_token_fields() -> None:
+    from tracewire.proxy._dialect import parse_chat_bytes
+
+    fields = {"return_token_ids": True, "logprobs": True}
+    body = b'{"model":"m", "messages":[{"role":"user","content":"a } b"}],"seed":3}\n'
+    out = parse_chat_bytes(body).upstream_bytes(fields)
+    assert out.startswith(body.rstrip()[:-1]) and orjson.loads(out) == {
+        **orjson.loads(body), **fields}
+    assert parse_chat_bytes(body).upstream_bytes({}) == body  # hosted APIs: as received
+    # a harness that sets a token field itself: the proxy's value wins, re-encoded
+    own = b'{"messages":[{"role":"user","content":"x"}],"logprobs":false}'
+    assert orjson.loads(parse_chat_bytes(own).upstream_bytes(fields))["logprobs"] is True

@@ -27,6 +27,7 @@ _Top = dict[str, msgspec.Raw]
 _decode_top = msgspec.json.Decoder(_Top).decode
 _decode_list = msgspec.json.Decoder(list[msgspec.Raw]).decode
 _CLOSE = 0x5D
+_CLOSE_BRACE = 0x7D
 
 
 @dataclass
@@ -56,10 +57,13 @@ class UpReq:
     #: raw hash (what the session caches for the next request).
     msgs_span: RawSpan | None = None
     hasher: Any = None
+    #: Chat pass-through: the harness's body as received (a JSON object).
+    raw_body: bytes | None = None
 
     def forget_raw(self, body: dict[str, Any]) -> None:
         """Switch to dict form (a request hook rewrote the body): no raw fast paths."""
         self.body, self.top, self.raws, self.hashes = body, None, None, None
+        self.raw_body = None
         self.extends, self.base, self.msgs_span, self.hasher = False, None, None, None
 
     def as_dict(self) -> dict[str, Any]:
@@ -74,6 +78,17 @@ class UpReq:
         if self.body is not None:
             return orjson.dumps({**self.body, **token_fields})
         assert self.top is not None
+        raw = self.raw_body
+        if raw is not None and not any(k in self.top for k in token_fields):
+            # The harness's bytes with the fields inserted before the closing brace: one
+            # copy of a body that is hundreds of KB late in a long session.
+            end = len(raw.rstrip())
+            if end and raw[end - 1] == _CLOSE_BRACE:
+                if not token_fields:
+                    return raw
+                extra = orjson.dumps(token_fields)
+                view = memoryview(raw)
+                return b"".join((view[:end - 1], b",", extra[1:-1], view[end - 1:]))
         top = dict(self.top)
         for k, v in token_fields.items():
             top[k] = orjson.dumps(v)
@@ -152,7 +167,7 @@ def parse_chat_bytes(body: bytes) -> UpReq:
     hashes = [raw_hash(r) for r in rb]
     hasher = hashlib.blake2b(b"".join(hashes), digest_size=16)
     up = UpReq(top=tb, raws=rb, hashes=hashes, hasher=hasher,
-               msgs_span=_messages_span(body, tb["messages"]))
+               msgs_span=_messages_span(body, tb["messages"]), raw_body=body)
     return _finish(up, tb)
 
 
@@ -204,7 +219,8 @@ def parse_spliced(sp: Spliced) -> UpReq | None:
     hasher = sp.cache.hasher.copy()
     hasher.update(b"".join(hashes))
     up = UpReq(top=tb, raws=rb, hashes=hashes, hasher=hasher, extends=True,
-               base=sp.cache.node, msgs_span=RawSpan(sp.body, sp.start, end))
+               base=sp.cache.node, msgs_span=RawSpan(sp.body, sp.start, end),
+               raw_body=sp.body)
     return _finish(up, tb)
 
 
