@@ -3,9 +3,8 @@
 Episodes stream megabytes of token columns that grow by doubling, ZMQ allocates a buffer per
 large message, and the proxy reads each turn's request and upstream answer (hundreds of KB
 late in a long session) into fresh bytes. With glibc's defaults each of those blocks is a
-fresh ``mmap``
-(or a heap top that is trimmed and grown again), so every episode pays a page fault per
-4 KiB touched, which on the development VM cost more CPU than the copies themselves.
+fresh ``mmap`` (or a heap top that is trimmed and grown again), so every episode pays a page
+fault per 4 KiB touched, which on the development VM cost more CPU than the copies themselves.
 Raising the mmap and trim thresholds makes freed blocks stay in the heap and be reused.
 """
 

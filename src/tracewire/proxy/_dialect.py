@@ -28,6 +28,7 @@ _decode_top = msgspec.json.Decoder(_Top).decode
 _decode_list = msgspec.json.Decoder(list[msgspec.Raw]).decode
 _CLOSE = 0x5D
 _CLOSE_BRACE = 0x7D
+_WS = b" \t\r\n"
 
 
 @dataclass
@@ -82,7 +83,9 @@ class UpReq:
         if raw is not None and not any(k in self.top for k in token_fields):
             # The harness's bytes with the fields inserted before the closing brace: one
             # copy of a body that is hundreds of KB late in a long session.
-            end = len(raw.rstrip())
+            end = len(raw)
+            while end and raw[end - 1] in _WS:
+                end -= 1
             if end and raw[end - 1] == _CLOSE_BRACE:
                 if not token_fields:
                     return raw
