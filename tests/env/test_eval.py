@@ -35,6 +35,9 @@ async def test_resume_skips_finished_pairs(tmp_path: Path, model: ServerThread) 
     result = await run_eval("arithmetic", base_url=model.base_url, n=3, r=3, out=out,
                             resume=True)
     assert result.summary.episodes == 5 and result.summary.skipped == 4
+    busy = result.summary.loop_busy
+    assert busy is not None and 0.0 < busy <= 1.0
+    assert result.summary.as_dict()["loop_busy"] == busy
     run = open_run(out)
     episodes = list(run.episodes())
     assert len(episodes) == 9

@@ -167,6 +167,19 @@ async def test_loop_lag_probe_sees_a_blocked_loop() -> None:
     assert probe.p50_ms <= probe.p99_ms <= probe.max_ms
 
 
+async def test_loop_lag_probe_tells_a_busy_loop_from_a_blocked_one() -> None:
+    async with LoopLagProbe(interval=0.001) as spinning:
+        end = time.perf_counter() + 0.1
+        while time.perf_counter() < end:  # on the CPU the whole time
+            sum(range(1000))
+            await asyncio.sleep(0)
+    async with LoopLagProbe(interval=0.001) as blocked:
+        time.sleep(0.1)  # noqa: ASYNC251 - blocked, but off the CPU
+        await asyncio.sleep(0.005)  # let the probe record the late timer
+    assert spinning.busy > 0.6
+    assert blocked.busy < 0.3 and blocked.max_ms >= 90.0
+
+
 @pytest.mark.parametrize("kind", ["pandas", "polars"])
 async def test_index_frame_kinds(tmp_path: Path, kind: str) -> None:
     async with await Run.create(tmp_path / "r") as run:

@@ -206,6 +206,7 @@ async def run_eval(
     tally = Tally()
     status = "complete"
     lag: float | None = None
+    busy: float | None = None
     skipped = [0]
     async with _upstream(base_url, model, api_key, seed) as (upstream, model_name):
         meta = {
@@ -272,13 +273,13 @@ async def run_eval(
                     await asyncio.gather(*workers, return_exceptions=True)
                     if waiter is not None:
                         waiter.cancel()
-                    lag = probe.p99_ms
+                    lag, busy = probe.p99_ms, probe.busy
         finally:
             await run.close(status=status)
             await close_http_client()
     summary = tally.summary(
         env=env.name, model=model_name, status=status, run_dir=str(out_path),
-        loop_lag_p99_ms=lag, skipped=skipped[0],
+        loop_lag_p99_ms=lag, skipped=skipped[0], loop_busy=busy,
     )
     # Hand back the run opened for reading (the writer is closed).
     from ..store import open_run

@@ -85,7 +85,11 @@ def render_summary(console: Console, s: Summary) -> None:
     t.add_row("stops", ", ".join(f"{k} {v}" for k, v in s.stops.items()) or "-")
     t.add_row("errors", ", ".join(f"{k} {v}" for k, v in s.errors.items()) or "none")
     if s.loop_lag_p99_ms is not None:
-        t.add_row("loop lag p99", f"{s.loop_lag_p99_ms:.1f} ms")
+        lag = f"{s.loop_lag_p99_ms:.1f} ms"
+        if s.loop_busy is not None:
+            # Lag from a saturated loop is queueing, not a stall: say which it is.
+            lag += f" (loop busy {s.loop_busy:.0%})"
+        t.add_row("loop lag p99", lag)
     console.print(t)
     # On its own unwrapped line, so the path can be copied whatever the terminal width.
     console.print(f"run directory: {s.run_dir}", soft_wrap=True, highlight=False)

@@ -45,6 +45,8 @@ class Summary:
     loop_lag_p99_ms: float | None = None
     skipped: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
+    #: Share of the eval's wall time the event loop's thread was on the CPU (0..1).
+    loop_busy: float | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """Plain JSON-ready dict."""
