@@ -305,11 +305,12 @@ async def _run(seconds: float, shared: bool, pin: bool) -> None:
 
 
 def _pin(measured: list[int], apparatus: list[int]) -> None:
-    """Give the proxy a core of its own, the harnesses and upstream the others (Linux).
+    """Give the proxy (and the floor) a core of their own, the harnesses and upstream the
+    others (Linux), as on a many-core node where nothing starves the proxy.
 
-    With three busy processes on two cores one of them is always waiting for a time slice;
-    the proxy's loop then showed 6-15 ms lags with no GC running, and p99 measured the
-    scheduler. A deployed proxy shares a many-core node with nothing that starves it.
+    Three processes on two cores made the proxy's loop lag 6-15 ms at times (no GC running).
+    Pinning did not measurably change p50 or p99 on the 2-core VM (13:30 runs, bench/README);
+    it is kept so that the figures do not depend on where the scheduler happens to put it.
     """
     cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
     if len(cpus) < 2:
