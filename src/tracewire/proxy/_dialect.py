@@ -13,7 +13,7 @@ import orjson
 
 from ._graph import NewMessage, Outcome, RequestCache, canonical_digest, chat_message, raw_hash
 from ._http import BadRequest, sse
-from ._rawjson import SENTINEL_JSON, RawSpan, find_value, render, skip_ws
+from ._rawjson import SENTINEL_JSON, RawSpan, find_value, render, skip_ws, skip_ws_back
 from ._upstream import strip_added
 
 __all__ = ["SAMPLING_KEYS", "Adapter", "ChatAdapter", "Spliced", "Streamer", "UpReq"]
@@ -28,7 +28,6 @@ _decode_top = msgspec.json.Decoder(_Top).decode
 _decode_list = msgspec.json.Decoder(list[msgspec.Raw]).decode
 _CLOSE = 0x5D
 _CLOSE_BRACE = 0x7D
-_WS = b" \t\r\n"
 
 
 @dataclass
@@ -83,9 +82,7 @@ class UpReq:
         if raw is not None and not any(k in self.top for k in token_fields):
             # The harness's bytes with the fields inserted before the closing brace: one
             # copy of a body that is hundreds of KB late in a long session.
-            end = len(raw)
-            while end and raw[end - 1] in _WS:
-                end -= 1
+            end = skip_ws_back(raw, len(raw))
             if end and raw[end - 1] == _CLOSE_BRACE:
                 if not token_fields:
                     return raw

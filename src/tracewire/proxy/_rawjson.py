@@ -16,7 +16,8 @@ from typing import Any
 
 import orjson
 
-__all__ = ["SENTINEL", "SENTINEL_JSON", "RawSpan", "cut_array", "render", "skip_ws"]
+__all__ = ["SENTINEL", "SENTINEL_JSON", "RawSpan", "cut_array", "render", "skip_ws",
+           "skip_ws_back"]
 
 SENTINEL = "tracewire-raw-" + secrets.token_hex(12)
 SENTINEL_JSON = orjson.dumps(SENTINEL)
@@ -41,11 +42,7 @@ class RawSpan:
     def content_end(self) -> int:
         """Offset of the closing ``]`` with the whitespace before it skipped back over: the
         array text up to there is a prefix of any array that extends this one."""
-        k = self.end - 1
-        data = self.data
-        while k > self.start + 1 and data[k - 1] in _WS:
-            k -= 1
-        return k
+        return skip_ws_back(self.data, self.end - 1, self.start + 1)
 
 
 def skip_ws(data: bytes, i: int) -> int:
@@ -54,6 +51,14 @@ def skip_ws(data: bytes, i: int) -> int:
     while i < n and data[i] in _WS:
         i += 1
     return i
+
+
+def skip_ws_back(data: bytes, end: int, stop: int = 0) -> int:
+    """Offset just past the last byte before ``end`` that is not JSON whitespace (never
+    below ``stop``)."""
+    while end > stop and data[end - 1] in _WS:
+        end -= 1
+    return end
 
 
 def find_value(data: bytes, key: bytes) -> int:

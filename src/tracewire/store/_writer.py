@@ -71,7 +71,6 @@ def _lower_priority() -> None:
 
 
 @dataclasses.dataclass(slots=True)
-
 class AppendItem:
     """Persist one episode (live object, or frames already encoded)."""
 
