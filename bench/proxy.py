@@ -309,7 +309,7 @@ def _pin(measured: list[int], apparatus: list[int]) -> None:
     others (Linux), as on a many-core node where nothing starves the proxy.
 
     Three processes on two cores made the proxy's loop lag 6-15 ms at times (no GC running).
-    Pinning did not measurably change p50 or p99 on the 2-core VM (13:30 runs, bench/README);
+    Pinning did not measurably change p50 or p99 on the 2-core VM (bench/README, proxy);
     it is kept so that the figures do not depend on where the scheduler happens to put it.
     """
     cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
