@@ -8,7 +8,7 @@ stays cheap.
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ._errors import (
     BusyError,
@@ -48,7 +48,16 @@ from .trace import (
     Trace,
 )
 
-__version__ = "0.1.0"
+from ._version import __version__
+
+if TYPE_CHECKING:  # the same names the lazy loader below resolves, typed for mypy users
+    from . import codec
+    from .env import Environment, evaluate
+    from .model import ModelServer
+    from .proxy import Proxy
+    from .samples import SessionClient
+    from .serve import EnvClient
+    from .store import LoopLagProbe, Run, open_run
 
 # name -> module; resolved on first access (PEP 562).
 _LAZY: dict[str, str] = {

@@ -134,7 +134,7 @@ def atomic_write(path: Path, data: bytes) -> None:
 
 def new_meta(name: str, config: dict[str, Any], fsync: str, segment_bytes: int) -> dict[str, Any]:
     """Metadata of a fresh run."""
-    from .. import __version__
+    from .._version import __version__
 
     now = time.time()
     return {

@@ -2,15 +2,26 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from typing import Any, Protocol
 
 import numpy as np
 from numpy.typing import NDArray
 
-if TYPE_CHECKING:
-    from ._trace import Trace
+from ._columns import Columns
+from ._model import Node
 
-__all__ = ["Branch"]
+__all__ = ["Branch", "NodesAndTokens"]
+
+
+class NodesAndTokens(Protocol):
+    """What a branch reads of its trace (a protocol, so this module needs no ``Trace``)."""
+
+    @property
+    def nodes(self) -> Sequence[Node]: ...
+
+    @property
+    def tokens(self) -> Columns: ...
 
 
 class Branch:
@@ -19,7 +30,7 @@ class Branch:
 
     __slots__ = ("_spans", "nodes", "trace")
 
-    def __init__(self, trace: Trace, nodes: list[int]) -> None:
+    def __init__(self, trace: NodesAndTokens, nodes: list[int]) -> None:
         self.trace = trace
         #: Node indices from root to leaf.
         self.nodes = nodes
