@@ -55,7 +55,7 @@ _LAZY: dict[str, str] = {
     "codec": "tracewire.codec",
     "open_run": "tracewire.store",
     "Run": "tracewire.store",
-    "LoopLagProbe": "tracewire.store",
+    "LoopLagProbe": "tracewire.diagnostics",
     "ModelServer": "tracewire.model",
     "Proxy": "tracewire.proxy",
     "SessionClient": "tracewire.samples",

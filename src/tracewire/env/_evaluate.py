@@ -196,7 +196,7 @@ async def run_eval(
         sampling["max_tokens"] = max_tokens
 
     from ..proxy import Proxy
-    from ..store import LoopLagProbe
+    from ..diagnostics import LoopLagProbe
 
 
     # Heavy imports and the shared HTTP client are made off the loop, before any rollout.
