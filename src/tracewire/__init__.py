@@ -60,7 +60,7 @@ _LAZY: dict[str, str] = {
     "Proxy": "tracewire.proxy",
     "SessionClient": "tracewire.samples",
     "Environment": "tracewire.env",
-    "evaluate": "tracewire.env",
+    "evaluate": "tracewire.compose",
     "EnvClient": "tracewire.serve",
 }
 

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from ..env import ChatHarness, Environment, Rollout, Task, assistant_texts
-from ..env._chat import Messages
+from ..env import ChatHarness, Environment, Messages, Rollout, Task, assistant_texts
 from ..trace import Trace
 from ._common import data_tasks
 

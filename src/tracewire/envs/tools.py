@@ -6,8 +6,7 @@ import json
 import math
 from typing import Literal
 
-from ..env import Environment, Task, ToolsHarness, final_text
-from ..env._tools import UnknownTool
+from ..env import Environment, Task, ToolsHarness, UnknownTool, final_text
 from ..trace import Trace
 from ._common import data_tasks, fmt, parse_answer
 
