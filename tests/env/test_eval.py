@@ -137,7 +137,7 @@ def test_load_environment_forms(tmp_path: Path) -> None:
     assert load_environment(SLOW_ENV).name == "slow"
     assert load_environment(f"{SLOW_ENV}:environment").name == "slow"
     mod = tmp_path / "pkg_env_mod.py"
-    mod.write_text("from tracewire.envs.arithmetic import load_environment\n")
+    mod.write_text("from tracewire.env.bundled.arithmetic import load_environment\n")
     sys.path.insert(0, str(tmp_path))
     try:
         assert load_environment("pkg_env_mod").name == "arithmetic"
@@ -147,8 +147,8 @@ def test_load_environment_forms(tmp_path: Path) -> None:
     with pytest.raises(EnvError, match="unknown environment"):
         load_environment("nope_nope")
     with pytest.raises(EnvError, match="no attribute"):
-        load_environment("tracewire.envs.guess:missing")
+        load_environment("tracewire.env.bundled.guess:missing")
     env = load_environment("guess")
     with pytest.raises(EnvError, match="defines no environment"):
-        load_environment("tracewire.envs._common")
+        load_environment("tracewire.env.bundled._common")
     assert load_environment(env) is env

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from ..env import ChatHarness, Environment, Messages, Rollout, Task, assistant_texts
-from ..trace import Trace
+from ...trace import Trace
+from .. import ChatHarness, Environment, Messages, Rollout, Task, assistant_texts
 from ._common import data_tasks
 
 __all__ = ["feedback", "load_environment"]
