@@ -8,7 +8,7 @@ that got as far as making the rollout).
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from ._context import Rollout
@@ -24,10 +24,10 @@ class Harness(ABC):
     """
 
     #: Short name recorded in ``trace.agent["harness"]`` (``chat``, ``tools``, ``command``).
-    kind: ClassVar[str] = "custom"
+    kind: str = "custom"
     #: Whether the agent uses this process's ``openai`` SDK (then the rollout gets the shared
     #: HTTP client, ``rollout.http``); False for agents in other processes.
-    uses_sdk: ClassVar[bool] = True
+    uses_sdk: bool = True
 
     async def boot(self, rollout: Rollout) -> None:  # noqa: B027 - optional hook
         """Prepare the rollout before the environment's setup (e.g. a scratch directory)."""
