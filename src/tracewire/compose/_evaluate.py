@@ -111,7 +111,8 @@ async def evaluate(
     ``runs/<env>-<timestamp>``); ``resume=True`` skips (task, rollout) pairs already there.
     Setting ``stop`` ends the eval early (status ``interrupted``, finished episodes kept).
     ``on_episode`` sees each stored episode with the running tally; ``total_hint`` gets the
-    number of rollouts to run once it is known.
+    number of rollouts to run once it is known. ``timeouts`` replaces the environment's
+    phase deadlines; ``backend`` picks where the rollouts run (``local``: this process).
     """
     if r < 1 or concurrency < 1 or (n is not None and n < 0):
         raise ValueError("need r >= 1, concurrency >= 1 and n >= 0")
