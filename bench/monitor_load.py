@@ -37,7 +37,8 @@ import numpy as np
 import psutil
 
 from tracewire import Call, Columns, Episode, Message, Node, Span, Trace
-from tracewire.store import LoopLagProbe, Run
+from tracewire.diagnostics import LoopLagProbe
+from tracewire.store import Run
 
 EPISODES = 1000
 TOKENS = 450_000  # x 9 bytes (ids, mask, logprobs) = 4.05 MB per episode

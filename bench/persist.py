@@ -30,7 +30,8 @@ from pydantic import BaseModel
 
 from tracewire import Call, Episode, Message, Span
 from tracewire.codec import encode_json
-from tracewire.store import LoopLagProbe, Run
+from tracewire.diagnostics import LoopLagProbe
+from tracewire.store import Run
 
 RUNS = 5
 

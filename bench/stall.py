@@ -25,7 +25,8 @@ from typing import Any
 import numpy as np
 
 from tracewire import Call, Episode, Message, Span
-from tracewire.store import LoopLagProbe, Run
+from tracewire.diagnostics import LoopLagProbe
+from tracewire.store import Run
 from tracewire.store._encode import episode_parts
 
 sys.path.insert(0, str(Path(__file__).parent))

@@ -2,7 +2,7 @@
 
 Used by ``scripts/train_model.py``; everything here is deterministic given the seed. The
 formats (system prompts, user messages, tool schemas, feedback texts) are documented in
-``src/tracewire/env/data/README.md`` and must stay in sync with it.
+``src/tracewire/env/bundled/data/README.md`` and must stay in sync with it.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import math
 import random
 from typing import Any
 
-from tracewire.envs.guess import feedback  # the environment is the source of truth
+from tracewire.env.bundled.guess import feedback  # the environment is the source of truth
 
 ARITH_SYSTEM = "You are a math tutor. Show the calculation, then end with 'Answer: <number>'."
 TOOLS_SYSTEM = ("You can call tools. Use a tool to compute the result, then reply with "

@@ -3,7 +3,7 @@
     .venv/bin/python scripts/train_model.py            # write data + assets, then evaluate
     .venv/bin/python scripts/train_model.py --eval-only
 
-Writes ``src/tracewire/env/data/{arithmetic,tools,guess,command}.jsonl`` and
+Writes ``src/tracewire/env/bundled/data/{arithmetic,tools,guess,command}.jsonl`` and
 ``src/tracewire/model/assets/{tokenizer.json,model.npz}``, then plays every environment
 in-process at temperature 1 and 0 and prints the success rates.
 """
@@ -29,7 +29,7 @@ from tracewire.model._template import ChatTemplate
 from tracewire.model._tokenizer import Tokenizer
 
 ROOT = Path(__file__).resolve().parent.parent
-DATA = ROOT / "src/tracewire/env/data"
+DATA = ROOT / "src/tracewire/env/bundled/data"
 ASSETS = ROOT / "src/tracewire/model/assets"
 SEED = 20240611
 N_PIECES = 1500

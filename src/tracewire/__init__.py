@@ -64,12 +64,12 @@ _LAZY: dict[str, str] = {
     "codec": "tracewire.codec",
     "open_run": "tracewire.store",
     "Run": "tracewire.store",
-    "LoopLagProbe": "tracewire.store",
+    "LoopLagProbe": "tracewire.diagnostics",
     "ModelServer": "tracewire.model",
     "Proxy": "tracewire.proxy",
     "SessionClient": "tracewire.samples",
     "Environment": "tracewire.env",
-    "evaluate": "tracewire.env",
+    "evaluate": "tracewire.compose",
     "EnvClient": "tracewire.serve",
 }
 

@@ -1,41 +1,95 @@
-"""Command line: ``tracewire eval | serve | proxy | model | view | export | import | demo``.
+"""Command line: ``tracewire eval | demo | serve | proxy | model | view | export | import``.
 
 Each sub-command lives in the part that owns it, as a module with ``HELP`` (one line),
-``configure(parser)`` and ``run(args) -> int``; this file only wires them, importing a part
-only when its command runs so start-up stays fast.
+``configure(parser)`` and ``run(args) -> int``; this file only wires them. A command's
+module is imported only when the command runs (or ``--help`` lists them), so start-up
+stays fast.
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
-import importlib
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Protocol
 
-__all__ = ["COMMANDS", "main"]
+__all__ = ["COMMANDS", "Command", "main"]
 
-#: Sub-command name -> module implementing it.
-COMMANDS: dict[str, str] = {
-    "eval": "tracewire.env._cli_eval",
-    "demo": "tracewire.env._cli_demo",
-    "model": "tracewire.model._cli",
-    "proxy": "tracewire.proxy._cli",
-    "serve": "tracewire.serve._cli",
-    "view": "tracewire.view._cli",
-    "export": "tracewire.store._cli_export",
-    "import": "tracewire.store._cli_import",
+
+class Command(Protocol):
+    """What a sub-command's module provides."""
+
+    HELP: str
+
+    def configure(self, parser: argparse.ArgumentParser) -> None:
+        """Add the command's arguments to ``parser``."""
+        ...
+
+    def run(self, args: argparse.Namespace) -> int:
+        """Run the command; returns the process exit status."""
+        ...
+
+
+def _eval() -> Command:
+    from .compose import _cli_eval
+
+    return _cli_eval
+
+
+def _demo() -> Command:
+    from .compose import _cli_demo
+
+    return _cli_demo
+
+
+def _model() -> Command:
+    from .model import _cli
+
+    return _cli
+
+
+def _proxy() -> Command:
+    from .proxy import _cli
+
+    return _cli
+
+
+def _serve() -> Command:
+    from .serve import _cli
+
+    return _cli
+
+
+def _view() -> Command:
+    from .view import _cli
+
+    return _cli
+
+
+def _export() -> Command:
+    from .store import _cli_export
+
+    return _cli_export
+
+
+def _import() -> Command:
+    from .store import _cli_import
+
+    return _cli_import
+
+
+#: Sub-command name -> loader of the module implementing it.
+COMMANDS: dict[str, Callable[[], Command]] = {
+    "eval": _eval,
+    "demo": _demo,
+    "model": _model,
+    "proxy": _proxy,
+    "serve": _serve,
+    "view": _view,
+    "export": _export,
+    "import": _import,
 }
-
-
-def _help_of(module: str) -> str | None:
-    try:
-        mod = importlib.import_module(module)
-    except ModuleNotFoundError as exc:
-        if exc.name and module.startswith(exc.name):
-            return None  # the part is not built yet
-        raise
-    return str(getattr(mod, "HELP", ""))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -46,23 +100,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     chosen = argv[0] if argv and not argv[0].startswith("-") else None
-    for name, module in COMMANDS.items():
+    for name, load in COMMANDS.items():
         if chosen is not None and name != chosen:
             sub.add_parser(name)
             continue
-        help_text = _help_of(module)
-        if help_text is None:
-            continue
-        p = sub.add_parser(name, help=help_text, description=help_text)
+        command = load()
+        p = sub.add_parser(name, help=command.HELP, description=command.HELP)
         if chosen == name:
-            importlib.import_module(module).configure(p)
+            command.configure(p)
     args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help()
         return 2
-    mod = importlib.import_module(COMMANDS[args.command])
+    command = COMMANDS[args.command]()
     # Everything imported so far lives as long as the process: take it out of the garbage
-    # collector's reach, so a full collection scans only what the command creates (a full
-    # pass over ~30,000 start-up objects stalled the event loop by 20-30 ms on our VM).
+    # collector's reach, so a full collection scans only what the command creates (full
+    # passes over the start-up objects otherwise stall the event loop).
     gc.freeze()
-    return int(mod.run(args))
+    return int(command.run(args))

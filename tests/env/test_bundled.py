@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from tracewire.compose import evaluate
 from tracewire.env import load_environment
-from tracewire.env._evaluate import run_eval
 from tracewire.model import ChatTemplate, ServerThread
 from tracewire.store import open_run
 
@@ -27,7 +27,7 @@ async def test_bundled_env_end_to_end(
 ) -> None:
     env = load_environment(name)
     out = tmp_path / "run"
-    result = await run_eval(name, base_url=model.base_url, n=n, r=r, out=out, concurrency=4)
+    result = await evaluate(name, base_url=model.base_url, n=n, r=r, out=out, concurrency=4)
     assert result.status == "complete" and result.reason is None
     assert result.summary.episodes == n * r
     run = open_run(out)
@@ -61,7 +61,7 @@ async def test_bundled_env_end_to_end(
 
 
 async def test_guess_is_multi_turn_with_feedback(tmp_path: Path, model: ServerThread) -> None:
-    await run_eval("guess", base_url=model.base_url, n=3, r=2, out=tmp_path / "g")
+    await evaluate("guess", base_url=model.base_url, n=3, r=2, out=tmp_path / "g")
     feedback = {"Higher.", "Lower.", "Please reply with a number."}
     multi = 0
     for ep in open_run(tmp_path / "g").episodes():

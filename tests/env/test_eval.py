@@ -12,8 +12,8 @@ import pytest
 
 import tracewire
 from tracewire import EnvError, StoreError
+from tracewire.compose import evaluate
 from tracewire.env import Environment, load_environment
-from tracewire.env._evaluate import run_eval
 from tracewire.model import ServerThread
 from tracewire.store import open_run
 
@@ -27,12 +27,12 @@ def cli(*args: str) -> list[str]:
 
 async def test_resume_skips_finished_pairs(tmp_path: Path, model: ServerThread) -> None:
     out = tmp_path / "run"
-    await run_eval("arithmetic", base_url=model.base_url, n=2, r=2, out=out)
+    await evaluate("arithmetic", base_url=model.base_url, n=2, r=2, out=out)
     first = {e.id: (e.task_key, e.group_index, e.group_id) for e in open_run(out).episodes()}
     assert len(first) == 4
     with pytest.raises(EnvError, match="already holds a run"):
-        await run_eval("arithmetic", base_url=model.base_url, n=2, out=out)
-    result = await run_eval("arithmetic", base_url=model.base_url, n=3, r=3, out=out,
+        await evaluate("arithmetic", base_url=model.base_url, n=2, out=out)
+    result = await evaluate("arithmetic", base_url=model.base_url, n=3, r=3, out=out,
                             resume=True)
     assert result.summary.episodes == 5 and result.summary.skipped == 4
     busy = result.summary.loop_busy
@@ -53,9 +53,11 @@ async def test_resume_skips_finished_pairs(tmp_path: Path, model: ServerThread) 
 
 
 async def test_python_api(tmp_path: Path, model: ServerThread) -> None:
-    run = await tracewire.evaluate("guess", base_url=model.base_url, n=2, r=1,
-                                   out=tmp_path / "r")
-    assert len(list(run.episodes())) == 2
+    result = await tracewire.evaluate("guess", base_url=model.base_url, n=2, r=1,
+                                      out=tmp_path / "r", max_tokens=4, api_key="k")
+    assert result.status == "complete" and result.reason is None
+    assert len(list(result.run.episodes())) == 2 and result.summary.episodes == 2
+    assert result.run.meta["config"]["sampling"]["max_tokens"] == 4
     assert tracewire.Environment is Environment
 
 
@@ -123,7 +125,7 @@ async def test_stop_event_interrupts(tmp_path: Path, model: ServerThread) -> Non
         if seen == 2:
             stop.set()
 
-    result = await run_eval(SLOW_ENV, base_url=model.base_url, n=50, concurrency=2,
+    result = await evaluate(SLOW_ENV, base_url=model.base_url, n=50, concurrency=2,
                             out=tmp_path / "s", stop=stop, on_episode=on_episode)
     assert result.status == "interrupted"
     assert open_run(tmp_path / "s").meta["status"] == "interrupted"
@@ -135,7 +137,7 @@ def test_load_environment_forms(tmp_path: Path) -> None:
     assert load_environment(SLOW_ENV).name == "slow"
     assert load_environment(f"{SLOW_ENV}:environment").name == "slow"
     mod = tmp_path / "pkg_env_mod.py"
-    mod.write_text("from tracewire.envs.arithmetic import load_environment\n")
+    mod.write_text("from tracewire.env.bundled.arithmetic import load_environment\n")
     sys.path.insert(0, str(tmp_path))
     try:
         assert load_environment("pkg_env_mod").name == "arithmetic"
@@ -145,8 +147,8 @@ def test_load_environment_forms(tmp_path: Path) -> None:
     with pytest.raises(EnvError, match="unknown environment"):
         load_environment("nope_nope")
     with pytest.raises(EnvError, match="no attribute"):
-        load_environment("tracewire.envs.guess:missing")
+        load_environment("tracewire.env.bundled.guess:missing")
     env = load_environment("guess")
     with pytest.raises(EnvError, match="defines no environment"):
-        load_environment("tracewire.envs._common")
+        load_environment("tracewire.env.bundled._common")
     assert load_environment(env) is env

@@ -21,7 +21,7 @@ from tracewire.env import (
     final_text,
     run_rollout,
 )
-from tracewire.model import ChatTemplate
+from tracewire.model import MODEL_NAME, ChatTemplate
 from tracewire.proxy import Proxy
 from tracewire.trace import Episode, Trace
 
@@ -62,7 +62,7 @@ def make_env(**kw: Any) -> Environment:
 
 async def rollout(env: Environment, proxy: Proxy, **kw: Any) -> Trace:
     ep = Episode()
-    out = await run_rollout(env, TASK, proxy=proxy, episode=ep, **kw)
+    out = await run_rollout(env, TASK, proxy=proxy, episode=ep, model=MODEL_NAME, **kw)
     assert out is ep and ep.task_key == "t0" and ep.env == "t"
     (trace,) = ep.traces
     assert trace.completed
@@ -152,7 +152,7 @@ class Flaky(ChatHarness):
 async def test_retries_discard_abandoned_attempts(proxy: Proxy) -> None:
     env = make_env(harness=Flaky(2, ConnectionError), retries=3, retry_on=[ConnectionError])
     ep = Episode()
-    await run_rollout(env, TASK, proxy=proxy, episode=ep)
+    await run_rollout(env, TASK, proxy=proxy, episode=ep, model=MODEL_NAME)
     (trace,) = ep.traces
     assert trace.ok and trace.stop == "done" and trace.info["attempt"] == 2
     assert ep.info["retries"] == 2 and len(trace.calls) == 1
@@ -160,14 +160,14 @@ async def test_retries_discard_abandoned_attempts(proxy: Proxy) -> None:
     # Not a retryable error type: recorded, no retry.
     env = make_env(harness=Flaky(1, ValueError), retries=3, retry_on=["ConnectionError"])
     ep = Episode()
-    await run_rollout(env, TASK, proxy=proxy, episode=ep)
+    await run_rollout(env, TASK, proxy=proxy, episode=ep, model=MODEL_NAME)
     (trace,) = ep.traces
     assert trace.stop == "agent_error" and "retries" not in ep.info
 
     # Retries run out: the last attempt is kept with its error.
     env = make_env(harness=Flaky(5, ConnectionError), retries=1, retry_on=[OSError])
     ep = Episode()
-    await run_rollout(env, TASK, proxy=proxy, episode=ep)
+    await run_rollout(env, TASK, proxy=proxy, episode=ep, model=MODEL_NAME)
     (trace,) = ep.traces
     assert trace.stop == "agent_error" and ep.info["retries"] == 1
 

@@ -7,12 +7,12 @@ from importlib import resources
 from typing import Literal
 
 from tracewire.env import tool_schema
-from tracewire.envs.tools import calculator, convert_units
+from tracewire.env.bundled.tools import calculator, convert_units
 
 
 def test_bundled_tools_derive_the_trained_schemas() -> None:
     want = json.loads(
-        (resources.files("tracewire.env") / "data" / "tool_schemas.json").read_text("utf-8")
+        (resources.files("tracewire.env.bundled") / "data" / "tool_schemas.json").read_text("utf-8")
     )
     got = [tool_schema(calculator), tool_schema(convert_units)]
     # Key order matters too: the model sees these as JSON lines.

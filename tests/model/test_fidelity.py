@@ -20,7 +20,7 @@ def _check_prefix(prev: list[int] | None, prompt: list[int]) -> None:
 @pytest.mark.parametrize("as_object", [False, True])
 def test_multi_turn_tools_fidelity(base_url: str, as_object: bool) -> None:
     client = openai.OpenAI(base_url=base_url, api_key="none")
-    data = Path(__file__).resolve().parents[2] / "src/tracewire/env/data/tools.jsonl"
+    data = Path(__file__).resolve().parents[2] / "src/tracewire/env/bundled/data/tools.jsonl"
     rows = [json.loads(x) for x in data.read_text().splitlines()]
     eot = load_tokenizer().eot_id
     for seed in range(25):

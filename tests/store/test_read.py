@@ -16,7 +16,7 @@ import pytest
 from tracewire import Episode
 from tracewire.cli import main as cli_main
 from tracewire.codec import decode_json
-from tracewire.store import LoopLagProbe, Run, open_run
+from tracewire.store import Run, open_run
 
 from .helpers import add_turn, build, check
 
@@ -155,29 +155,6 @@ def test_export_import_round_trip_opens_everywhere(tmp_path: Path) -> None:
 def test_export_of_missing_run_fails_cleanly(tmp_path: Path) -> None:
     assert cli_main(["export", str(tmp_path / "none"), "--format", "jsonl"]) == 1
     assert cli_main(["import", str(tmp_path / "none.jsonl"), "--run", str(tmp_path / "x")]) == 1
-
-
-async def test_loop_lag_probe_sees_a_blocked_loop() -> None:
-    async with LoopLagProbe(interval=0.001) as probe:
-        await asyncio.sleep(0.02)
-        time.sleep(0.05)  # noqa: ASYNC251 - block the loop on purpose
-        await asyncio.sleep(0.01)
-    assert probe.samples > 2
-    assert probe.max_ms >= 40.0
-    assert probe.p50_ms <= probe.p99_ms <= probe.max_ms
-
-
-async def test_loop_lag_probe_tells_a_busy_loop_from_a_blocked_one() -> None:
-    async with LoopLagProbe(interval=0.001) as spinning:
-        end = time.perf_counter() + 0.1
-        while time.perf_counter() < end:  # on the CPU the whole time
-            sum(range(1000))
-            await asyncio.sleep(0)
-    async with LoopLagProbe(interval=0.001) as blocked:
-        time.sleep(0.1)  # noqa: ASYNC251 - blocked, but off the CPU
-        await asyncio.sleep(0.005)  # let the probe record the late timer
-    assert spinning.busy > 0.6
-    assert blocked.busy < 0.3 and blocked.max_ms >= 90.0
 
 
 @pytest.mark.parametrize("kind", ["pandas", "polars"])

@@ -1,35 +1,44 @@
 """Environments and rollouts: how tasks, a harness and scoring become recorded episodes.
 
 Define an :class:`Environment` (tasks with stable keys, a harness, reward functions and
-metrics), then run it with :func:`evaluate` (or ``tracewire eval``); the env server calls
-:func:`run_rollout` for one rollout at a time.
+metrics) and run it with ``tracewire.evaluate`` (or ``tracewire eval``); one rollout is
+:func:`run_rollout`, given anything shaped like a proxy (:class:`ProxyLike`). This part
+depends only on ``trace``.
 """
 
-from ._api import Environment, Harness, Scorer, Task, Timeouts
-from ._chat import ChatHarness
+from ._api import Environment, Scorer, Task, Timeouts
+from ._chat import ChatHarness, Messages
 from ._command import CommandFailed, CommandHarness
-from ._context import Rollout, assistant_texts, final_text
-from ._evaluate import evaluate
-from ._load import load_environment
+from ._context import Rollout, assistant_texts, close_http_client, final_text, http_client
+from ._harness import Harness
+from ._load import BUNDLED, load_environment
 from ._rollout import PHASES, run_rollout
 from ._schema import tool_schema
-from ._tools import ToolsHarness
+from ._session import ProxyLike, SessionLike, SessionsLike
+from ._tools import ToolsHarness, UnknownTool
 
 __all__ = [
+    "BUNDLED",
     "PHASES",
     "ChatHarness",
     "CommandFailed",
     "CommandHarness",
     "Environment",
     "Harness",
+    "Messages",
+    "ProxyLike",
     "Rollout",
     "Scorer",
+    "SessionLike",
+    "SessionsLike",
     "Task",
     "Timeouts",
     "ToolsHarness",
+    "UnknownTool",
     "assistant_texts",
-    "evaluate",
+    "close_http_client",
     "final_text",
+    "http_client",
     "load_environment",
     "run_rollout",
     "tool_schema",

@@ -1,4 +1,4 @@
-"""The environment API: tasks, scoring functions, phase timeouts, harness protocol.
+"""The environment API: tasks, scoring functions, phase timeouts.
 
 An :class:`Environment` is a plain object: where its tasks come from, which harness drives
 the model, how a finished trace is scored, and optional per-task ``setup``/``finalize``.
@@ -14,17 +14,17 @@ import inspect
 import itertools
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence, Sized
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from .._errors import EnvError
 from ..trace import Trace
+from ._harness import Harness
 
 if TYPE_CHECKING:
     from ._context import Rollout
 
 __all__ = [
     "Environment",
-    "Harness",
     "Metric",
     "RewardFn",
     "Scorer",
@@ -111,17 +111,6 @@ def _name_of(fn: Callable[..., Any]) -> str:
     return str(getattr(fn, "__name__", type(fn).__name__))
 
 
-class Harness(Protocol):
-    """Drives the model for one rollout, only through ``rollout``'s proxy session."""
-
-    #: Short name recorded in ``trace.agent["harness"]`` (``chat``, ``tools``, ``command``).
-    kind: str
-
-    async def run(self, rollout: Rollout) -> None:
-        """Run the agent until done; set ``rollout.stop(reason)`` to name how it ended."""
-        ...
-
-
 TaskRows: TypeAlias = "Iterable[Task | Mapping[str, Any]]"
 #: Task rows, or a zero-argument callable producing them.
 TaskSource: TypeAlias = "TaskRows | Callable[[], TaskRows]"
@@ -150,6 +139,9 @@ class Environment:
         retry_on: Sequence[type[BaseException] | str] = (),
         description: str = "",
     ) -> None:
+        if not isinstance(harness, Harness):
+            raise EnvError(f"{name}: the harness is a {type(harness).__name__}, not a "
+                           "tracewire.env.Harness (subclass it)")
         self.name = name
         self.harness = harness
         self.rewards = [Scorer.of(r) for r in rewards]
@@ -164,7 +156,7 @@ class Environment:
         self._finalize = finalize
 
     def __repr__(self) -> str:
-        return f"Environment({self.name!r}, harness={getattr(self.harness, 'kind', '?')!r})"
+        return f"Environment({self.name!r}, harness={self.harness.kind!r})"
 
     def tasks(self) -> Iterator[Task]:
         """The task rows, produced lazily as :class:`Task` objects."""

@@ -12,8 +12,10 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeAlias
 
 from .._errors import EnvError
+from ..trace import StopReason
 from ._api import Task, call_user
 from ._context import Rollout
+from ._harness import Harness
 
 __all__ = ["ChatHarness", "Messages", "assistant_message", "complete", "initial_messages"]
 
@@ -86,7 +88,7 @@ async def complete(
     return assistant_message(choice.message), choice.finish_reason
 
 
-class ChatHarness:
+class ChatHarness(Harness):
     """Multi-turn chat: the model answers, ``respond`` supplies the next user turn or stops.
 
     Without ``respond`` the conversation is single-turn (one answer, stop ``done``). Stops
@@ -121,14 +123,14 @@ class ChatHarness:
             reply, finish = await complete(rollout, messages)
             messages.append(reply)
             if finish == "length" and self.stop_on_length:
-                rollout.stop("length")
+                rollout.stop(StopReason.LENGTH)
                 return
             if self.respond is None:
-                rollout.stop("done")
+                rollout.stop(StopReason.DONE)
                 return
             nxt = await call_user(self.respond, rollout.task, messages, rollout)
             if nxt is None or rollout.stop_reason is not None:
-                rollout.stop("done")
+                rollout.stop(StopReason.DONE)
                 return
             messages.append({"role": "user", "content": str(nxt)})
-        rollout.stop("max_turns")
+        rollout.stop(StopReason.MAX_TURNS)

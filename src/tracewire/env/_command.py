@@ -23,8 +23,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 from .._errors import EnvError
+from ..trace import StopReason
 from ._api import Task
 from ._context import Rollout
+from ._harness import Harness
 
 __all__ = ["CommandFailed", "CommandHarness"]
 
@@ -59,7 +61,7 @@ def _kill_group(proc: asyncio.subprocess.Process, sig: int) -> None:
         os.killpg(proc.pid, sig)
 
 
-class CommandHarness:
+class CommandHarness(Harness):
     """Run ``argv`` (a list, or ``argv(task)``) as the agent; ``{python}`` in it becomes the
     current interpreter, ``{task_file}`` the task file path.
 
@@ -123,25 +125,41 @@ class CommandHarness:
         environ.update(self.env)
         return environ
 
-    async def run(self, rollout: Rollout) -> None:
-        """Start the program, feed the task, wait for it; kill its group if cancelled."""
-        argv = self._argv(rollout)
-        if not argv:
-            raise EnvError("command harness: empty argv")
-        info: dict[str, Any] = {"argv": argv}
-        rollout.trace.info["command"] = info
+    async def spawn(
+        self, rollout: Rollout, argv: list[str], environ: dict[str, str]
+    ) -> asyncio.subprocess.Process:
+        """Start the agent program (the one place it is started: override to run it
+        elsewhere); stdout and stderr are pipes, stdin a pipe unless ``input="file"``."""
         try:
-            proc = await asyncio.create_subprocess_exec(
+            return await asyncio.create_subprocess_exec(
                 *argv,
                 stdin=PIPE if self.input != "file" else DEVNULL,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE,
-                env=self._environ(rollout),
+                stdout=PIPE,
+                stderr=PIPE,
+                env=environ,
                 cwd=self.cwd if self.cwd is not None else rollout.workdir,
                 start_new_session=True,
             )
         except OSError as exc:
             raise EnvError(f"cannot start {argv[0]!r}: {exc}") from exc
+
+    async def terminate(self, proc: asyncio.subprocess.Process) -> None:
+        """Stop a program that is still running when the rollout ends early (deadline or
+        cancellation): SIGTERM to its process group, SIGKILL after a grace period."""
+        _kill_group(proc, signal.SIGTERM)
+        try:
+            await asyncio.wait_for(asyncio.shield(proc.wait()), _KILL_GRACE_S)
+        except (TimeoutError, asyncio.CancelledError):
+            _kill_group(proc, signal.SIGKILL)
+
+    async def run(self, rollout: Rollout) -> None:
+        """Start the program, feed the task, wait for it; stop it if cancelled."""
+        argv = self._argv(rollout)
+        if not argv:
+            raise EnvError("command harness: empty argv")
+        info: dict[str, Any] = {"argv": argv}
+        rollout.trace.info["command"] = info
+        proc = await self.spawn(rollout, argv, self._environ(rollout))
         info["pid"] = proc.pid
         rollout.trace.notify()
         out_task = asyncio.create_task(_drain(proc.stdout, OUTPUT_TAIL))
@@ -156,12 +174,7 @@ class CommandHarness:
             code = await proc.wait()
             stdout, stderr = await asyncio.gather(out_task, err_task)
         except BaseException:
-            # Deadline or cancellation: stop the whole process group, then reap it.
-            _kill_group(proc, signal.SIGTERM)
-            try:
-                await asyncio.wait_for(asyncio.shield(proc.wait()), _KILL_GRACE_S)
-            except (TimeoutError, asyncio.CancelledError):
-                _kill_group(proc, signal.SIGKILL)
+            await self.terminate(proc)
             info["killed"] = True
             out_task.cancel()
             err_task.cancel()
@@ -176,4 +189,4 @@ class CommandHarness:
         if code != 0:
             last = info["stderr"].strip().splitlines()[-1:] or [""]
             raise CommandFailed(f"exit code {code}: {last[0][:500]}".rstrip(": "))
-        rollout.stop("done")
+        rollout.stop(StopReason.DONE)

@@ -5,19 +5,18 @@ from __future__ import annotations
 import asyncio
 import weakref
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from ..trace import Episode, Trace
+from ._session import SessionLike
 
 if TYPE_CHECKING:
-    from openai import AsyncOpenAI
+    from openai import AsyncOpenAI, DefaultAsyncHttpxClient
 
     from ._api import Environment, Task
 
 __all__ = [
-    "ProxyLike",
     "Rollout",
-    "SessionLike",
     "assistant_texts",
     "close_http_client",
     "final_text",
@@ -25,46 +24,21 @@ __all__ = [
 ]
 
 
-class SessionLike(Protocol):
-    """The parts of a proxy ``Session`` a rollout uses."""
-
-    id: str
-    secret: str
-    trace: Trace
-
-    @property
-    def base_url(self) -> str: ...
-
-    @property
-    def anthropic_base_url(self) -> str: ...
-
-
-class ProxyLike(Protocol):
-    """The parts of a ``tracewire.proxy.Proxy`` a rollout uses."""
-
-    def create_session(
-        self,
-        *,
-        trace: Trace | None = ...,
-        metadata: dict[str, Any] | None = ...,
-        group_id: str | None = ...,
-        group_index: int = ...,
-    ) -> Any: ...
-
-
 # One HTTP client per event loop, shared by every rollout's SDK client: building one costs
 # ~0.1-0.2 s (TLS context), far too much per rollout and far too long to block the loop.
-_HTTP: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any] = weakref.WeakKeyDictionary()
+_HTTP: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, DefaultAsyncHttpxClient] = (
+    weakref.WeakKeyDictionary()
+)
 
 
-async def http_client() -> Any:
+async def http_client() -> DefaultAsyncHttpxClient:
     """The ``openai`` SDK's async HTTP client shared by the rollouts on this loop (made, and
     ``openai`` imported, in a worker thread)."""
     loop = asyncio.get_running_loop()
     client = _HTTP.get(loop)
     if client is None:
 
-        def make() -> Any:
+        def make() -> DefaultAsyncHttpxClient:
             import openai
 
             http = openai.DefaultAsyncHttpxClient()
@@ -121,7 +95,7 @@ class Rollout:
         self.stop_reason: str | None = None
         self._client: AsyncOpenAI | None = None
         #: Shared HTTP client for the SDK (set during boot by the rollout runner).
-        self.http: Any = None
+        self.http: DefaultAsyncHttpxClient | None = None
 
     def stop(self, reason: str) -> None:
         """Record why the agent stopped (only the first reason is kept)."""

@@ -17,10 +17,10 @@ __all__ = ["BUNDLED", "ENTRY_POINT_GROUP", "load_environment"]
 
 #: Bundled environment name -> module.
 BUNDLED: dict[str, str] = {
-    "arithmetic": "tracewire.envs.arithmetic",
-    "tools": "tracewire.envs.tools",
-    "guess": "tracewire.envs.guess",
-    "command": "tracewire.envs.command",
+    "arithmetic": "tracewire.env.bundled.arithmetic",
+    "tools": "tracewire.env.bundled.tools",
+    "guess": "tracewire.env.bundled.guess",
+    "command": "tracewire.env.bundled.command",
 }
 #: Entry-point group under which installed packages advertise environments.
 ENTRY_POINT_GROUP = "tracewire.environments"

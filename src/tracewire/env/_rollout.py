@@ -16,9 +16,10 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from .._errors import PhaseTimeout
-from ..trace import Episode, Span, Trace
+from ..trace import Episode, Span, StopReason, Trace
 from ._api import Environment, Task, Timeouts, as_task, call_user
-from ._context import ProxyLike, Rollout, http_client
+from ._context import Rollout, http_client
+from ._session import ProxyLike, SessionLike
 
 __all__ = ["PHASES", "rollout_seed", "run_rollout"]
 
@@ -59,7 +60,7 @@ class _Attempt:
                     raise
                 err = PhaseTimeout(f"{name} phase ran past its {deadline:g} s deadline")
                 err.__cause__ = exc
-                self._fail(name, "timeout", err)
+                self._fail(name, err, timed_out=True)
             else:
                 ok = True
         except asyncio.CancelledError:
@@ -67,16 +68,16 @@ class _Attempt:
             trace.notify()
             raise
         except Exception as exc:
-            self._fail(name, "error", exc)
+            self._fail(name, exc, timed_out=False)
         span.end = time.time()
         trace.notify()
         return ok
 
-    def _fail(self, phase: str, what: str, exc: BaseException) -> None:
+    def _fail(self, phase: str, exc: BaseException, *, timed_out: bool) -> None:
         trace = self.trace
         trace.add_error(type(exc).__name__, str(exc) or repr(exc), phase)
         if trace.stop is None:
-            trace.stop = f"{phase}_{what}"
+            trace.stop = StopReason.failed(phase, timed_out)
         if self.failure is None:
             self.failure = exc
 
@@ -137,7 +138,7 @@ async def _attempt(
     on_trace: Callable[[Trace], None] | None,
 ) -> _Attempt:
     trace = episode.new_trace(
-        agent={"env": env.name, "harness": getattr(env.harness, "kind", ""), "model": model}
+        agent={"env": env.name, "harness": env.harness.kind, "model": model}
     )
     if attempt:
         trace.info["attempt"] = attempt
@@ -145,11 +146,10 @@ async def _attempt(
         on_trace(trace)
     a = _Attempt(trace, timeouts)
     rollout: Rollout | None = None
-    session: Any = None
 
     async def boot() -> None:
-        nonlocal rollout, session
-        session = proxy.create_session(
+        nonlocal rollout
+        session: SessionLike = proxy.create_session(
             trace=trace,
             metadata={"env": env.name, "task_key": task.key, "episode": episode.id},
             group_id=episode.group_id,
@@ -160,11 +160,9 @@ async def _attempt(
             env=env, task=task, episode=episode, trace=trace, session=session,
             model=model, sampling=sampling,
         )
-        if getattr(env.harness, "uses_sdk", True):
+        if env.harness.uses_sdk:
             rollout.http = await http_client()
-        boot_hook = getattr(env.harness, "boot", None)
-        if boot_hook is not None:
-            await boot_hook(rollout)
+        await env.harness.boot(rollout)
 
     async def setup() -> None:
         assert rollout is not None
@@ -183,7 +181,7 @@ async def _attempt(
             await _score(env, task, trace)
         except _Recorded as rec:
             if trace.stop is None:
-                trace.stop = "scoring_error"
+                trace.stop = StopReason.SCORING_ERROR
             if a.failure is None:
                 a.failure = rec.exc
 
@@ -196,25 +194,21 @@ async def _attempt(
     finally:
         if rollout is not None:
             if trace.stop is None:
-                trace.stop = rollout.stop_reason or "done"
+                trace.stop = rollout.stop_reason or StopReason.DONE
             await _cleanup(rollout, proxy)
         elif trace.stop is None:
-            trace.stop = "done"
+            trace.stop = StopReason.DONE
     trace.info.pop("phase", None)
     return a
 
 
 async def _cleanup(rollout: Rollout, proxy: ProxyLike) -> None:
     await rollout.aclose()
-    cleanup = getattr(rollout.env.harness, "cleanup", None)
-    if cleanup is not None:
-        await cleanup(rollout)
-    registry = getattr(proxy, "registry", None)
-    if registry is not None:
-        try:
-            registry.delete(rollout.session.id)
-        except LookupError:
-            pass  # already expired or deleted
+    await rollout.env.harness.cleanup(rollout)
+    try:
+        proxy.registry.delete(rollout.session.id)
+    except LookupError:
+        pass  # already expired or deleted
 
 
 async def run_rollout(
@@ -223,14 +217,15 @@ async def run_rollout(
     *,
     proxy: ProxyLike,
     episode: Episode,
+    model: str,
     timeouts: Timeouts | None = None,
-    model: str | None = None,
     sampling: Mapping[str, Any] | None = None,
     seed: int | None = None,
     retries: int | None = None,
     on_trace: Callable[[Trace], None] | None = None,
 ) -> Episode:
-    """Run one rollout of ``task`` into ``episode`` (its first trace) through ``proxy``.
+    """Run one rollout of ``task`` into ``episode`` (its first trace) through ``proxy``,
+    asking for ``model`` (the name the proxy's upstream serves).
 
     Never raises for rollout failures: they are recorded on the trace (stop condition,
     errors). Retries the whole rollout up to ``retries`` times (default ``env.retries``) when
@@ -238,10 +233,6 @@ async def run_rollout(
     ``on_trace(trace)`` is called when an attempt's trace is created (e.g. to journal it).
     """
     task = as_task(task, 0)
-    if model is None:
-        from ..model import MODEL_NAME
-
-        model = MODEL_NAME
     if not episode.env:
         episode.env = env.name
     if not episode.task_key:

@@ -12,9 +12,11 @@ import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from ..trace import StopReason
 from ._api import Task, call_user
 from ._chat import Messages, PromptFn, SystemArg, complete, initial_messages
 from ._context import Rollout
+from ._harness import Harness
 from ._schema import tool_schema
 
 __all__ = ["ToolsHarness", "UnknownTool"]
@@ -50,7 +52,7 @@ def _error_text(exc: BaseException) -> str:
     return f"Error: {type(exc).__name__}: {exc}"
 
 
-class ToolsHarness:
+class ToolsHarness(Harness):
     """Function calling: the model calls tools until it answers without a call.
 
     Stops ``done`` on an answer without tool calls, ``max_turns`` when the budget of model
@@ -115,7 +117,7 @@ class ToolsHarness:
             messages.append(reply)
             calls = reply.get("tool_calls") or []
             if not calls:
-                rollout.stop("length" if finish == "length" else "done")
+                rollout.stop(StopReason.LENGTH if finish == "length" else StopReason.DONE)
                 return
             for call in calls:
                 fn = call["function"]
@@ -124,4 +126,4 @@ class ToolsHarness:
                 if not ok:
                     metrics["tool_errors"] += 1
                 messages.append({"role": "tool", "tool_call_id": call["id"], "content": text})
-        rollout.stop("max_turns")
+        rollout.stop(StopReason.MAX_TURNS)

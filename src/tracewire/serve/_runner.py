@@ -37,7 +37,9 @@ Runner = Callable[[dict[str, Any], Episode], Awaitable[None]]
 RunnerFactory = Callable[[str, dict[str, Any]], contextlib.AbstractAsyncContextManager[Runner]]
 
 STANDIN_FACTORY = "tracewire.serve._runner:standin_factory"
-ENV_FACTORY = "tracewire.serve._envrunner:env_factory"
+#: The factory for real environments; it lives in the composition root (it wires env, proxy
+#: and model together), which serve names but does not import.
+ENV_FACTORY = "tracewire.compose:env_factory"
 #: Longest stretch of turns the stand-in runs without yielding when it has no delay.
 YIELD_S = 0.0005
 

@@ -6,7 +6,6 @@ for in-flight durability; ``await run.close()``. Read with ``open_run("runs/x")`
 
 from ._journal import Journal
 from ._layout import Layout
-from ._probe import LoopLagProbe
 from ._run import FSYNC_POLICIES, Run, open_run, remove_run
 from ._schema import COLUMNS, IndexRow, RecordRef
 
@@ -16,7 +15,6 @@ __all__ = [
     "IndexRow",
     "Journal",
     "Layout",
-    "LoopLagProbe",
     "RecordRef",
     "Run",
     "open_run",

@@ -13,6 +13,7 @@ from ._model import (
     Span,
     ToolCall,
 )
+from ._stop import StopReason
 from ._trace import SCALAR_FIELDS, Episode, Trace, Watcher, new_id
 
 __all__ = [
@@ -29,6 +30,7 @@ __all__ = [
     "Node",
     "Reward",
     "Span",
+    "StopReason",
     "ToolCall",
     "Trace",
     "Watcher",

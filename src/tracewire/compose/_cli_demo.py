@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 
+from . import _cli_eval
+
 HELP = "Evaluate the bundled guess-the-number env with the built-in model (a few seconds)."
 
 __all__ = ["HELP", "configure", "run"]
@@ -19,21 +21,25 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0, help="sampling seed (0)")
 
 
+def eval_args(args: argparse.Namespace) -> argparse.Namespace:
+    """The ``tracewire eval`` arguments the demo amounts to (every other option at its
+    default)."""
+    parser = argparse.ArgumentParser(add_help=False)
+    _cli_eval.configure(parser)
+    argv = ["guess", "-n", str(args.n), "-r", str(args.r), "-c", "16", "--seed", str(args.seed)]
+    if args.out is not None:
+        argv += ["--out", str(args.out)]
+    return parser.parse_args(argv)
+
+
 def run(args: argparse.Namespace) -> int:
     """Run the demo eval, then say how to view and export the run."""
-    from rich.console import Console
-
-    from ._cli_eval import run_cli
-
-    eval_args = argparse.Namespace(
-        env="guess", model=None, base_url=None, api_key=None, n=args.n, r=args.r,
-        concurrency=16, out=args.out, resume=False, seed=args.seed, temperature=None,
-        max_tokens=None, quiet=False,
-    )
-    code = asyncio.run(run_cli(eval_args))
+    code, run_dir = asyncio.run(_cli_eval.run_cli(eval_args(args)))
     if code in (0, 130):
+        from rich.console import Console
+
         console = Console()
-        run_dir = getattr(eval_args, "run_dir", None) or "RUN_DIR"
+        run_dir = run_dir or "RUN_DIR"
         console.print(f"\nOpen the viewer:   [bold]tracewire view {run_dir}[/bold]")
         console.print(f"Export the run:    [bold]tracewire export {run_dir} --format jsonl"
                       "[/bold]")

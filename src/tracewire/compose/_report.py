@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from rich.console import Console
 from rich.progress import (
     BarColumn,
@@ -94,7 +92,3 @@ def render_summary(console: Console, s: Summary) -> None:
     # On its own unwrapped line, so the path can be copied whatever the terminal width.
     console.print(f"run directory: {s.run_dir}", soft_wrap=True, highlight=False)
 
-
-def summary_lines(s: Summary) -> dict[str, Any]:
-    """The summary as a flat dict (for logs and tests)."""
-    return s.as_dict()

@@ -8,10 +8,12 @@ import signal
 import sys
 
 from .._errors import TracewireError
+from ..env import load_environment
+from ._options import BACKENDS
 
 HELP = "Run an environment's tasks × rollouts through the proxy and store the run."
 
-__all__ = ["HELP", "configure", "run"]
+__all__ = ["HELP", "configure", "run", "run_cli"]
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -24,12 +26,16 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--base-url", help="OpenAI-compatible server (default: start the "
                                            "built-in model in-process)")
     parser.add_argument("--api-key", help="key for --base-url (default: none)")
+    parser.add_argument("--max-model-len", type=int, default=None,
+                        help="context length of the built-in model, in tokens (default: its own)")
     parser.add_argument("-n", "--tasks", dest="n", type=int, default=None,
                         help="number of tasks (default: all)")
     parser.add_argument("-r", "--rollouts", dest="r", type=int, default=1,
                         help="rollouts per task, grouped (default: 1)")
     parser.add_argument("-c", "--concurrency", type=int, default=8,
                         help="rollouts in flight (default: 8)")
+    parser.add_argument("--backend", choices=BACKENDS, default="local",
+                        help="where the rollouts run (default: local, in this process)")
     parser.add_argument("--out", help="run directory (default: runs/<env>-<timestamp>)")
     parser.add_argument("--resume", action="store_true",
                         help="continue the run in --out, skipping finished (task, rollout) pairs")
@@ -44,20 +50,20 @@ def _fail(reason: str) -> int:
     return 1
 
 
-async def run_cli(args: argparse.Namespace) -> int:
-    """Run the eval with a progress bar and a summary; Ctrl-C stops it cleanly. Sets
-    ``args.run_dir``."""
+async def run_cli(args: argparse.Namespace) -> tuple[int, str | None]:
+    """Run the eval with a progress bar and a summary; Ctrl-C stops it cleanly. Returns the
+    exit status and the run directory (None when the eval did not start)."""
+    # Imported here, not above: ``tracewire --help`` imports this module.
     from rich.console import Console
 
-    from ._evaluate import run_eval
-    from ._load import load_environment
+    from ._evaluate import evaluate
     from ._report import EvalProgress, render_summary
 
     console = Console(stderr=False)
     try:
         env = load_environment(args.env)
     except TracewireError as exc:
-        return _fail(str(exc))
+        return _fail(str(exc)), None
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -72,31 +78,33 @@ async def run_cli(args: argparse.Namespace) -> int:
             bar.__enter__()
 
     try:
-        result = await run_eval(
+        result = await evaluate(
             env, model=args.model, base_url=args.base_url, api_key=args.api_key, n=args.n,
             r=args.r, concurrency=args.concurrency, out=args.out, resume=args.resume,
             seed=args.seed, temperature=args.temperature, max_tokens=args.max_tokens,
-            stop=stop, total_hint=set_total,
+            max_model_len=args.max_model_len, backend=args.backend, stop=stop,
+            total_hint=set_total,
             on_episode=lambda _e, tally: bar.update(tally) if bar is not None else None,
         )
     except (TracewireError, ValueError, OSError) as exc:
-        return _fail(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+        return _fail(str(exc).splitlines()[0] if str(exc) else type(exc).__name__), None
     finally:
         if bar is not None:
             bar.__exit__(None, None, None)
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)
-    args.run_dir = result.summary.run_dir
-    render_summary(console, result.summary)
+    summary = result.summary
+    render_summary(console, summary)
     if result.status == "interrupted":
-        console.print(f"interrupted: {result.summary.episodes} finished episodes kept; "
-                      f"continue with --out {result.summary.run_dir} --resume")
-        return 130
+        console.print(f"interrupted: {summary.episodes} finished episodes kept; "
+                      f"continue with --out {summary.run_dir} --resume")
+        return 130, summary.run_dir
     if result.reason is not None:
-        return _fail(result.reason)
-    return 0
+        return _fail(result.reason), summary.run_dir
+    return 0, summary.run_dir
 
 
 def run(args: argparse.Namespace) -> int:
     """Entry point of ``tracewire eval``."""
-    return asyncio.run(run_cli(args))
+    code, _ = asyncio.run(run_cli(args))
+    return code

@@ -11,12 +11,12 @@ from typing import Any
 
 __all__ = ["JsonlTasks", "data_tasks", "fmt", "parse_answer"]
 
-# The scoring rule of env/data/README.md: the reply ends with ``Answer: <number>``.
+# The scoring rule of data/README.md: the reply ends with ``Answer: <number>``.
 _ANSWER = re.compile(r"Answer: (-?[0-9.]+)\s*$")
 
 
 class JsonlTasks:
-    """A task source reading ``tracewire/env/data/<name>.jsonl`` lazily, row by row; sized
+    """A task source reading ``tracewire/env/bundled/data/<name>.jsonl`` lazily, row by row; sized
     (``len`` counts the rows once)."""
 
     def __init__(self, name: str) -> None:
@@ -24,7 +24,7 @@ class JsonlTasks:
         self._len: int | None = None
 
     def _path(self) -> Traversable:
-        return resources.files("tracewire.env") / "data" / f"{self.name}.jsonl"
+        return resources.files("tracewire.env.bundled") / "data" / f"{self.name}.jsonl"
 
     def __call__(self) -> Iterator[dict[str, Any]]:
         with self._path().open("r", encoding="utf-8") as f:

@@ -6,9 +6,8 @@ import json
 import math
 from typing import Literal
 
-from ..env import Environment, Task, ToolsHarness, final_text
-from ..env._tools import UnknownTool
-from ..trace import Trace
+from ...trace import Trace
+from .. import Environment, Task, ToolsHarness, UnknownTool, final_text
 from ._common import data_tasks, fmt, parse_answer
 
 __all__ = ["calculator", "convert_units", "load_environment"]

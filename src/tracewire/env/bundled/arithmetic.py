@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from ..env import ChatHarness, Environment, Task, final_text
-from ..trace import Trace
+from ...trace import Trace
+from .. import ChatHarness, Environment, Task, final_text
 from ._common import data_tasks, parse_answer
 
 __all__ = ["correct", "load_environment"]

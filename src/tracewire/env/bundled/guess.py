@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from ..env import ChatHarness, Environment, Rollout, Task, assistant_texts
-from ..env._chat import Messages
-from ..trace import Trace
+from ...trace import Trace
+from .. import ChatHarness, Environment, Messages, Rollout, Task, assistant_texts
 from ._common import data_tasks
 
 __all__ = ["feedback", "load_environment"]

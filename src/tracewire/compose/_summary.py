@@ -132,8 +132,19 @@ class Tally:
             out[smallest] = sum(vals) / len(vals)
         return out
 
-    def summary(self, **head: Any) -> Summary:
-        """The summary so far; ``head`` fills env, model, status, run_dir, etc."""
+    def summary(
+        self,
+        *,
+        env: str,
+        model: str,
+        status: str,
+        run_dir: str,
+        loop_lag_p99_ms: float | None = None,
+        loop_busy: float | None = None,
+        skipped: int = 0,
+    ) -> Summary:
+        """The summary so far, headed by what the eval was (env, model, status, run dir)
+        and the loop figures measured around it."""
         n = self.n
         mean = self.mean_reward
         stderr = None
@@ -159,5 +170,11 @@ class Tally:
             stops=dict(self.stops.most_common()),
             errors=dict(self.errors.most_common()),
             ok=self.ok,
-            **head,
+            env=env,
+            model=model,
+            status=status,
+            run_dir=run_dir,
+            loop_lag_p99_ms=loop_lag_p99_ms,
+            loop_busy=loop_busy,
+            skipped=skipped,
         )

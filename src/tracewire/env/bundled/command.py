@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..env import CommandHarness, Environment, Rollout, Task
-from ..trace import Trace
+from ...trace import Trace
+from .. import CommandHarness, Environment, Rollout, Task
 from ._common import data_tasks
 
 __all__ = ["AGENT", "load_environment"]

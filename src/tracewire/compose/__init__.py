@@ -1,0 +1,59 @@
+"""The composition root: where env, proxy, model and store are wired together.
+
+:func:`evaluate` (and ``tracewire eval`` / ``tracewire demo``) runs an environment's tasks
+through an interception proxy into a stored run and sums it up; :func:`env_factory` is the
+env server's runner for real environments. The parts it wires know nothing of each other.
+Names load on first use (``tracewire --help`` imports this package's command modules).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ._backend import Rollouts, rollouts
+    from ._envrunner import env_factory
+    from ._evaluate import EvalResult, default_run_dir, evaluate
+    from ._options import BACKENDS, Backend, RolloutPlan
+    from ._summary import Summary, Tally, pass_at_k
+
+# name -> module defining it (PEP 562).
+_LAZY: dict[str, str] = {
+    "BACKENDS": "._options",
+    "Backend": "._options",
+    "EvalResult": "._evaluate",
+    "RolloutPlan": "._options",
+    "Rollouts": "._backend",
+    "Summary": "._summary",
+    "Tally": "._summary",
+    "default_run_dir": "._evaluate",
+    "env_factory": "._envrunner",
+    "evaluate": "._evaluate",
+    "pass_at_k": "._summary",
+    "rollouts": "._backend",
+}
+
+__all__ = [
+    "BACKENDS",
+    "Backend",
+    "EvalResult",
+    "RolloutPlan",
+    "Rollouts",
+    "Summary",
+    "Tally",
+    "default_run_dir",
+    "env_factory",
+    "evaluate",
+    "pass_at_k",
+    "rollouts",
+]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'tracewire.compose' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value

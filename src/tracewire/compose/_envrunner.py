@@ -1,0 +1,53 @@
+"""The env server's runner factory for real environments: ``tracewire.env`` rollouts
+through a proxy.
+
+Each worker loads the environment once, starts the built-in model (unless the options name
+a ``base_url``) and one interception proxy, then runs each task with
+:func:`tracewire.env.run_rollout` into the episode the worker streams. Worker processes
+import it by name (``tracewire.compose:env_factory``), the env server's default factory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Any
+
+from ..env import Timeouts, load_environment, run_rollout
+from ..model import MODEL_NAME, ModelServer
+from ..proxy import Proxy
+from ..serve import Runner
+from ..trace import Episode
+
+__all__ = ["env_factory"]
+
+
+@contextlib.asynccontextmanager
+async def env_factory(env: str, options: dict[str, Any]) -> AsyncIterator[Runner]:
+    """Yield a runner for environment ``env``; options ``base_url`` (with ``model``),
+    ``timeouts`` (a dict of phase deadlines) and ``max_model_len`` (built-in model)."""
+    environment = load_environment(env)
+    raw = options.get("timeouts")
+    timeouts = Timeouts(**raw) if isinstance(raw, dict) else None
+    model = str(options.get("model") or MODEL_NAME)
+    async with contextlib.AsyncExitStack() as stack:
+        base_url = options.get("base_url")
+        if not base_url:
+            extra: dict[str, Any] = {}
+            if options.get("max_model_len") is not None:
+                extra["max_model_len"] = int(options["max_model_len"])
+            # The built-in model samples on its own thread and loop, so its CPU work does
+            # not stall the loop streaming episodes.
+            server = await asyncio.to_thread(ModelServer.run_in_thread, **extra)
+            stack.push_async_callback(asyncio.to_thread, server.stop)
+            base_url = server.base_url
+        proxy = Proxy(str(base_url))
+        await proxy.start()
+        stack.push_async_callback(proxy.stop)
+
+        async def run(task: dict[str, Any], episode: Episode) -> None:
+            await run_rollout(environment, task, proxy=proxy, episode=episode, model=model,
+                              timeouts=timeouts)
+
+        yield run

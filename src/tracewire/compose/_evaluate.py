@@ -1,0 +1,221 @@
+"""``evaluate``: run an environment's tasks × rollouts into a stored run.
+
+The rollouts run on a backend (``local``: in this process, through an interception proxy in
+front of the model server; see ``_backend``) with bounded concurrency; R rollouts per task
+share a group id and the rollout index is the group index. A ``stop`` event (Ctrl-C in the
+CLI) or cancellation stops cleanly: finished episodes are kept and the run is closed as
+``interrupted``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .._errors import EnvError
+from ..diagnostics import LoopLagProbe
+from ..env import Environment, Task, Timeouts, load_environment
+from ..store import Run, open_run
+from ..trace import Episode
+from ._backend import Rollouts, rollouts
+from ._options import Backend, RolloutPlan
+from ._summary import Summary, Tally
+
+__all__ = ["EvalResult", "default_run_dir", "evaluate"]
+
+#: ``on_episode(episode, tally)``: called as each episode is stored.
+EpisodeCallback = Callable[[Episode, Tally], None]
+#: ``total_hint(n)``: called once with the number of rollouts to run (None: unknown).
+TotalHint = Callable[[int | None], None]
+
+
+@dataclass
+class EvalResult:
+    """What :func:`evaluate` returns: the run (open for reading), its summary, how it ended
+    (``complete`` or ``interrupted``) and, when no rollout got a model answer, why."""
+
+    run: Run
+    summary: Summary
+    status: str
+    reason: str | None = None
+
+
+def default_run_dir(env_name: str) -> Path:
+    """``runs/<env>-<YYYYmmdd-HHMMSS>`` (a numeric suffix when taken)."""
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in env_name) or "env"
+    base = Path("runs") / f"{safe}-{time.strftime('%Y%m%d-%H%M%S')}"
+    path, i = base, 1
+    while path.exists():
+        path, i = Path(f"{base}-{i}"), i + 1
+    return path
+
+
+def _group_id(run_key: str, task_key: str) -> str:
+    # Stable across --resume, so a resumed group keeps its id.
+    return hashlib.blake2b(f"{run_key}\0{task_key}".encode(), digest_size=16).hexdigest()
+
+
+async def _open_run(out: Path, resume: bool, meta: dict[str, Any]) -> Run:
+    exists = await asyncio.to_thread(lambda: (out / "meta.json").exists())
+    if resume and not exists:
+        raise EnvError(f"--resume: {out} holds no run")
+    if not resume and exists:
+        raise EnvError(f"{out} already holds a run (use --resume to continue it)")
+    # With resume, Run.create recovers the run and appends after its episodes.
+    return await Run.create(out, meta=meta, resume=resume)
+
+
+def _work(
+    tasks: Iterator[Task], r: int, done: set[tuple[str, int]], skipped: list[int]
+) -> Iterator[tuple[Task, int]]:
+    for task in tasks:
+        for i in range(r):
+            if (task.key, i) in done:
+                skipped[0] += 1
+                continue
+            yield task, i
+
+
+async def evaluate(
+    env: Environment | str,
+    *,
+    model: str | None = None,
+    base_url: str | None = None,
+    api_key: str | None = None,
+    n: int | None = None,
+    r: int = 1,
+    concurrency: int = 8,
+    out: str | Path | None = None,
+    resume: bool = False,
+    seed: int = 0,
+    temperature: float | None = None,
+    max_tokens: int | None = None,
+    max_model_len: int | None = None,
+    timeouts: Timeouts | None = None,
+    backend: Backend = "local",
+    stop: asyncio.Event | None = None,
+    on_episode: EpisodeCallback | None = None,
+    total_hint: TotalHint | None = None,
+) -> EvalResult:
+    """Run ``n`` tasks (all by default) × ``r`` rollouts of ``env`` into a stored run.
+
+    Without ``base_url`` the built-in model serves the rollouts (with a context of
+    ``max_model_len`` tokens when given); ``api_key`` is sent to ``base_url``. Every turn
+    goes through an interception proxy, so the traces are token-exact. ``temperature`` and
+    ``max_tokens`` override the environment's sampling. The run lands in ``out`` (default
+    ``runs/<env>-<timestamp>``); ``resume=True`` skips (task, rollout) pairs already there.
+    Setting ``stop`` ends the eval early (status ``interrupted``, finished episodes kept).
+    ``on_episode`` sees each stored episode with the running tally; ``total_hint`` gets the
+    number of rollouts to run once it is known. ``timeouts`` replaces the environment's
+    phase deadlines; ``backend`` picks where the rollouts run (``local``: this process).
+    """
+    if r < 1 or concurrency < 1 or (n is not None and n < 0):
+        raise ValueError("need r >= 1, concurrency >= 1 and n >= 0")
+    if resume and out is None:
+        raise EnvError("--resume needs --out (the run directory to continue)")
+    env = load_environment(env)
+    out_path = Path(out) if out is not None else default_run_dir(env.name)
+    sampling: dict[str, Any] = {}
+    if temperature is not None:
+        sampling["temperature"] = temperature
+    if max_tokens is not None:
+        sampling["max_tokens"] = max_tokens
+    plan = RolloutPlan(base_url=base_url, model=model, api_key=api_key, seed=seed,
+                       max_model_len=max_model_len, sampling=sampling, timeouts=timeouts)
+    tally = Tally()
+    status = "complete"
+    lag: float | None = None
+    busy: float | None = None
+    skipped = [0]
+    async with rollouts(backend, env, plan) as backend_:
+        meta = {
+            "env": env.name, "model": backend_.model, "upstream": backend_.upstream, "n": n,
+            "r": r, "seed": seed, "sampling": {**env.sampling, **sampling},
+            "concurrency": concurrency,
+        }
+        run = await _open_run(out_path, resume, meta)
+        run_key = str(run.meta.get("name") or out_path.name)
+        try:
+            done = set(run.completed_pairs()) if resume else set()
+            count = await asyncio.to_thread(env.count)
+            if total_hint is not None:
+                total = None if count is None else min(count, n if n is not None else count)
+                total_hint(None if total is None else total * r - len(done))
+            work = _work(env.take(n), r, done, skipped)
+            async with LoopLagProbe() as probe:
+                try:
+                    status = await _drive(
+                        backend_, run, env.name, run_key, work, concurrency, stop,
+                        tally, on_episode,
+                    )
+                except BaseException:
+                    status = "interrupted"
+                    raise
+                finally:
+                    lag, busy = probe.p99_ms, probe.busy
+        finally:
+            await run.close(status=status)
+    summary = tally.summary(
+        env=env.name, model=backend_.model, status=status, run_dir=str(out_path),
+        loop_lag_p99_ms=lag, skipped=skipped[0], loop_busy=busy,
+    )
+    # Hand back the run opened for reading (the writer is closed).
+    reader = await asyncio.to_thread(open_run, out_path)
+    reason = None
+    if tally.n and tally.calls_ok == 0 and tally.first_error is not None:
+        reason = f"no rollout got a model answer (first error: {tally.first_error})"
+    return EvalResult(run=reader, summary=summary, status=status, reason=reason)
+
+
+async def _drive(
+    backend: Rollouts,
+    run: Run,
+    env_name: str,
+    run_key: str,
+    work: Iterator[tuple[Task, int]],
+    concurrency: int,
+    stop: asyncio.Event | None,
+    tally: Tally,
+    on_episode: EpisodeCallback | None,
+) -> str:
+    """Run the work with ``concurrency`` workers until done (``complete``) or ``stop`` is
+    set (``interrupted``); a store failure ends the eval by raising."""
+
+    async def one(task: Task, index: int) -> None:
+        episode = Episode(
+            env=env_name, task_key=task.key, task=dict(task.data),
+            group_id=_group_id(run_key, task.key), group_index=index, run=run_key,
+        )
+        episode = await backend.rollout(run, task, episode)
+        tally.add(episode)
+        if on_episode is not None:
+            on_episode(episode, tally)
+
+    async def worker() -> None:
+        for task, index in work:
+            await one(task, index)
+
+    workers = [asyncio.create_task(worker()) for _ in range(concurrency)]
+    waiter = asyncio.create_task(stop.wait()) if stop is not None else None
+    try:
+        pending: set[asyncio.Future[Any]] = set(workers)
+        while pending:
+            waits = pending | ({waiter} if waiter is not None else set())
+            finished, _ = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+            if waiter is not None and waiter in finished:
+                return "interrupted"
+            for f in finished:
+                pending.discard(f)
+                f.result()
+        return "complete"
+    finally:
+        for w in workers:
+            w.cancel()
+        await asyncio.gather(*workers, return_exceptions=True)
+        if waiter is not None:
+            waiter.cancel()
