@@ -21,8 +21,8 @@ SCRIPT = textwrap.dedent(
 
 
     async def main() -> None:
-        run = await tracewire.evaluate("guess", n=1)
-        reveal_type(run)
+        result = await tracewire.evaluate("guess", n=1)
+        reveal_type(result.run)
         async with tracewire.Proxy("http://127.0.0.1:1") as proxy:
             reveal_type(proxy)
             session = proxy.create_session()

@@ -52,12 +52,14 @@ from ._version import __version__
 
 if TYPE_CHECKING:  # the same names the lazy loader below resolves, typed for mypy users
     from . import codec
-    from .env import Environment, evaluate
+    from .compose import evaluate
+    from .diagnostics import LoopLagProbe
+    from .env import Environment
     from .model import ModelServer
     from .proxy import Proxy
     from .samples import SessionClient
     from .serve import EnvClient
-    from .store import LoopLagProbe, Run, open_run
+    from .store import Run, open_run
 
 # name -> module; resolved on first access (PEP 562).
 _LAZY: dict[str, str] = {
