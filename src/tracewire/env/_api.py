@@ -13,15 +13,14 @@ import dataclasses
 import inspect
 import itertools
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence, Sized
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeAlias
+from dataclasses import dataclass
+from typing import Any, TypeAlias
 
 from .._errors import EnvError
 from ..trace import Trace
+from ._context import Rollout
 from ._harness import Harness
-
-if TYPE_CHECKING:
-    from ._context import Rollout
+from ._task import Task, as_task
 
 __all__ = [
     "Environment",
@@ -39,31 +38,6 @@ RewardFn: TypeAlias = Callable[["Task", Trace], "float | Awaitable[float]"]
 Metric = RewardFn
 #: Per-task hook: ``fn(task, rollout)`` (sync or async); runs in the setup/finalize phase.
 Hook: TypeAlias = Callable[["Task", "Rollout"], "Awaitable[None] | None"]
-
-
-@dataclass(frozen=True)
-class Task:
-    """One task row: a stable ``key`` (unique within the environment) and its data."""
-
-    key: str
-    data: Mapping[str, Any] = field(default_factory=dict)
-
-    def __getitem__(self, name: str) -> Any:
-        return self.data[name]
-
-    def get(self, name: str, default: Any = None) -> Any:
-        """``data[name]`` or ``default``."""
-        return self.data.get(name, default)
-
-
-def as_task(row: Task | Mapping[str, Any], index: int) -> Task:
-    """Turn a task row (a :class:`Task` or a mapping, keyed by ``key``/``id``) into a Task."""
-    if isinstance(row, Task):
-        return row
-    if not isinstance(row, Mapping):
-        raise EnvError(f"task {index} is a {type(row).__name__}, not a Task or a mapping")
-    key = row.get("key", row.get("id"))
-    return Task(key=str(index) if key is None else str(key), data=dict(row))
 
 
 @dataclass(frozen=True)

@@ -5,17 +5,18 @@ from __future__ import annotations
 import asyncio
 import weakref
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..trace import Episode, Trace
 from ._session import SessionLike
+from ._task import Task
 
 if TYPE_CHECKING:
     from openai import AsyncOpenAI, DefaultAsyncHttpxClient
 
-    from ._api import Environment, Task
 
 __all__ = [
+    "EnvironmentInfo",
     "Rollout",
     "assistant_texts",
     "close_http_client",
@@ -65,6 +66,14 @@ async def close_http_client() -> None:
         await client.aclose()
 
 
+class EnvironmentInfo(Protocol):
+    """What a rollout keeps of its environment (an :class:`~tracewire.env.Environment`)."""
+
+    name: str
+    sampling: dict[str, Any]
+    description: str
+
+
 class Rollout:
     """One rollout in progress: its task, episode, trace, proxy session and sampling.
 
@@ -75,7 +84,7 @@ class Rollout:
     def __init__(
         self,
         *,
-        env: Environment,
+        env: EnvironmentInfo,
         task: Task,
         episode: Episode,
         trace: Trace,

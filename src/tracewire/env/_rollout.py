@@ -195,16 +195,16 @@ async def _attempt(
         if rollout is not None:
             if trace.stop is None:
                 trace.stop = rollout.stop_reason or StopReason.DONE
-            await _cleanup(rollout, proxy)
+            await _cleanup(env, rollout, proxy)
         elif trace.stop is None:
             trace.stop = StopReason.DONE
     trace.info.pop("phase", None)
     return a
 
 
-async def _cleanup(rollout: Rollout, proxy: ProxyLike) -> None:
+async def _cleanup(env: Environment, rollout: Rollout, proxy: ProxyLike) -> None:
     await rollout.aclose()
-    await rollout.env.harness.cleanup(rollout)
+    await env.harness.cleanup(rollout)
     try:
         proxy.registry.delete(rollout.session.id)
     except LookupError:
