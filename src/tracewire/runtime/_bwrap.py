@@ -117,9 +117,10 @@ class BwrapRuntime(Runtime):
     async def _boot(self) -> None:
         if not self.bwrap:
             raise RuntimeUnavailable("bwrap is not installed (Debian package: bubblewrap)")
-        for p in (*self.ro_paths, *self.rw_paths):
-            if not os.path.exists(p):
-                raise SandboxError(f"path to bind into the sandbox does not exist: {p}")
+        missing = await asyncio.to_thread(
+            lambda: [p for p in (*self.ro_paths, *self.rw_paths) if not os.path.exists(p)])
+        if missing:
+            raise SandboxError(f"paths to bind into the sandbox do not exist: {missing}")
         self._state = Path(await asyncio.to_thread(tempfile.mkdtemp, prefix="tw-bwrap-"))
         await asyncio.to_thread(self._make_dirs, self._state)
         if self.endpoint is not None:

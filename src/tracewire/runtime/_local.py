@@ -49,6 +49,10 @@ class LocalRuntime(Runtime):
         base = dict(os.environ) if self.inherit_env else {"PATH": os.defpath}
         full = {**base, **self._agent_env(env)}
         where = self.host_workdir() / cwd if cwd else self.host_workdir()
+        prog = argv[0] if "/" not in argv[0] else str(where / argv[0])
+        if shutil.which(prog, path=full.get("PATH", os.defpath)) is None:
+            # Checked here because prlimit, not us, would otherwise be the one failing.
+            raise SandboxError(f"cannot start {argv[0]!r}: not found or not executable")
         result = ExecResult(argv=argv)
         self.last_result = result
         # Only rlimits that hold for root too; processes/memory would need a cgroup.

@@ -69,8 +69,7 @@ class SessionRelay:
         for t in list(self._conns):
             with contextlib.suppress(BaseException):
                 await t
-        with contextlib.suppress(OSError):
-            Path(self.socket_path).unlink()
+        await asyncio.to_thread(Path(self.socket_path).unlink, True)
 
     # -- one connection ----------------------------------------------------------------
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -79,6 +78,7 @@ class SessionRelay:
         self._conns.add(task)
         up_w: asyncio.StreamWriter | None = None
         pump: asyncio.Task[None] | None = None
+        refusal: _Refused | None = None
         try:
             up_r, up_w = await asyncio.open_connection(self.endpoint.host, self.endpoint.port)
             sock = up_w.get_extra_info("socket")
@@ -99,24 +99,23 @@ class SessionRelay:
                 self.forwarded += 1
         except _Refused as r:
             self.refused.append(r.why)
-            if pump is not None:
-                pump.cancel()  # nothing more from upstream reaches this connection
-            with contextlib.suppress(OSError):
-                body = r.why.encode()
-                writer.write(b"HTTP/1.1 %d Refused\r\nContent-Type: text/plain\r\n"
-                             b"Content-Length: %d\r\nConnection: close\r\n\r\n%s"
-                             % (r.status, len(body), body))
-                await writer.drain()
+            refusal = r
         except (OSError, asyncio.IncompleteReadError):
             pass
         finally:
-            if pump is not None and not pump.done():
-                if up_w is not None:
-                    # Let an answer already on its way finish, then close.
-                    with contextlib.suppress(OSError):
-                        up_w.write_eof()
+            if pump is not None:
+                # Requests are not pipelined by HTTP clients; one that pipelines past a
+                # refused request loses the answers still in flight with the connection.
+                pump.cancel()
                 with contextlib.suppress(BaseException):
-                    await asyncio.wait_for(pump, 30.0)
+                    await pump
+            if refusal is not None:
+                with contextlib.suppress(OSError):
+                    body = refusal.why.encode()
+                    writer.write(b"HTTP/1.1 %d Refused\r\nContent-Type: text/plain\r\n"
+                                 b"Content-Length: %d\r\nConnection: close\r\n\r\n%s"
+                                 % (refusal.status, len(body), body))
+                    await writer.drain()
             if up_w is not None:
                 up_w.close()
             writer.close()
@@ -216,6 +215,7 @@ async def _pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
             await dst.drain()
     except OSError:
         pass
-    finally:
+    else:
+        # The proxy hung up: so does the relay, and the client reconnects.
         with contextlib.suppress(OSError):
             dst.close()
