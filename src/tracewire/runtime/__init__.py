@@ -14,11 +14,13 @@ from ._api import (
     SandboxError,
 )
 from ._bwrap import BwrapRuntime, bwrap_usable
+from ._docker import DockerRuntime, docker_usable
 from ._local import LocalRuntime
 from ._relay import SessionRelay
 
 __all__ = [
     "BwrapRuntime",
+    "DockerRuntime",
     "ExecResult",
     "ExecTimeout",
     "Limits",
@@ -31,4 +33,5 @@ __all__ = [
     "SandboxError",
     "SessionRelay",
     "bwrap_usable",
+    "docker_usable",
 ]

@@ -5,7 +5,8 @@ connection to the Unix socket bind-mounted from the host, whose other end is the
 relay; then runs the agent's argv and exits with its status (``128 + signal`` when a signal
 killed it). The sandbox's PID 1 dies with this process, taking every leftover child along.
 
-Usage: ``_launch.py PORT SOCKET -- ARGV...`` (``PORT`` 0: no relay, just run ARGV).
+Usage: ``_launch.py PORT SOCKET -- ARGV...`` (``PORT`` 0: no relay, just run ARGV; no
+ARGV: only relay, until killed, as a container's main process).
 """
 
 from __future__ import annotations
@@ -60,7 +61,7 @@ def _accept(lsock: socket.socket, path: str) -> None:
 
 def main(argv: list[str]) -> int:
     """Start the relay (when asked), run the agent, return its exit status."""
-    if len(argv) < 4 or argv[2] != "--":
+    if len(argv) < 3 or argv[2] != "--":
         print("usage: _launch.py PORT SOCKET -- ARGV...", file=sys.stderr)
         return 2
     port, path, cmd = int(argv[0]), argv[1], argv[3:]
@@ -70,6 +71,8 @@ def main(argv: list[str]) -> int:
         lsock.bind(("127.0.0.1", port))
         lsock.listen(64)
         threading.Thread(target=_accept, args=(lsock, path), daemon=True).start()
+    if not cmd:
+        threading.Event().wait()
     try:
         child = subprocess.Popen(cmd)
     except OSError as exc:
