@@ -54,7 +54,10 @@ conns = [Unix(t[5:]) if t.startswith("unix:") else
 h = {"Authorization": "Bearer " + os.environ["OPENAI_API_KEY"]}
 times = [[] for _ in conns]
 for i in range(n + 20):
-    for c, ts in zip(conns, times):  # interleaved: load drift hits every path alike
+    # Interleaved, so load drift hits every path alike, and in alternating order (ABBA),
+    # since the first request after a pause finds the proxy's loop asleep.
+    pairs = list(zip(conns, times))
+    for c, ts in pairs if i % 2 else pairs[::-1]:
         t0 = time.perf_counter_ns()
         c.request("GET", path, headers=h)
         r = c.getresponse()

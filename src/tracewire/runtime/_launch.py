@@ -7,87 +7,108 @@ killed it). The sandbox's PID 1 dies with this process, taking every leftover ch
 
 Usage: ``_launch.py PORT SOCKET -- ARGV...`` (``PORT`` 0: no relay, just run ARGV; no
 ARGV: only relay, until killed, as a container's main process).
+
+It uses the C modules (``_socket``, ``_thread``, ``_signal``) rather than ``socket``,
+``threading`` and ``signal``: those import ``enum`` and friends, ~30 ms of every command's
+start on a loaded machine, and this runs once per command.
 """
 
 from __future__ import annotations
 
+import _signal  # type: ignore[import-not-found]  # no stub; `signal` itself is slow
+import _socket
+import _thread
 import os
-import signal
-import socket
-import subprocess
 import sys
-import threading
 
 
-def _pipe(src: socket.socket, dst: socket.socket, done: threading.Semaphore) -> None:
+def _pipe(src: _socket.socket, dst: _socket.socket, done: _thread.LockType) -> None:
     try:
-        while data := src.recv(65536):
+        while True:
+            data = src.recv(65536)
+            if not data:
+                break
             dst.sendall(data)
     except OSError:
         pass
     finally:
         try:
-            dst.shutdown(socket.SHUT_WR)
+            dst.shutdown(_socket.SHUT_WR)
         except OSError:
             pass
-        if not done.acquire(blocking=False):
+        if not done.acquire(False):
             # The other direction is finished too: nothing uses these sockets any more.
             src.close()
             dst.close()
 
 
-def _serve(conn: socket.socket, path: str) -> None:
-    up = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+def _serve(fd: int, path: str) -> None:
+    conn = _socket.socket(_socket.AF_INET, _socket.SOCK_STREAM, 0, fd)
+    up = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
     try:
         up.connect(path)
     except OSError:
         conn.close()
         up.close()
         return
-    conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    done = threading.Semaphore(1)
-    threading.Thread(target=_pipe, args=(conn, up, done), daemon=True).start()
-    threading.Thread(target=_pipe, args=(up, conn, done), daemon=True).start()
+    conn.setsockopt(_socket.IPPROTO_TCP, _socket.TCP_NODELAY, 1)
+    done = _thread.allocate_lock()
+    _thread.start_new_thread(_pipe, (conn, up, done))
+    _thread.start_new_thread(_pipe, (up, conn, done))
 
 
-def _accept(lsock: socket.socket, path: str) -> None:
+def _accept(lsock: _socket.socket, path: str) -> None:
     while True:
         try:
-            conn, _ = lsock.accept()
+            fd, _ = lsock._accept()  # type: ignore[attr-defined]  # C-level accept: an fd
         except OSError:
             return
-        _serve(conn, path)
+        _serve(fd, path)
 
 
 def main(argv: list[str]) -> int:
     """Start the relay (when asked), run the agent, return its exit status."""
     if len(argv) < 3 or argv[2] != "--":
-        print("usage: _launch.py PORT SOCKET -- ARGV...", file=sys.stderr)
+        sys.stderr.write("usage: _launch.py PORT SOCKET -- ARGV...\n")
         return 2
     port, path, cmd = int(argv[0]), argv[1], argv[3:]
     if port:
-        lsock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        lsock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        lsock = _socket.socket(_socket.AF_INET, _socket.SOCK_STREAM)
+        lsock.setsockopt(_socket.SOL_SOCKET, _socket.SO_REUSEADDR, 1)
         lsock.bind(("127.0.0.1", port))
         lsock.listen(64)
-        threading.Thread(target=_accept, args=(lsock, path), daemon=True).start()
+        _thread.start_new_thread(_accept, (lsock, path))
     if not cmd:
-        threading.Event().wait()
+        forever = _thread.allocate_lock()
+        forever.acquire()
+        forever.acquire()  # already held by us: blocks until the container is killed
     try:
-        child = subprocess.Popen(cmd)
+        # posix_spawn, not subprocess: importing subprocess costs ~10 ms of every start.
+        pid = os.posix_spawnp(cmd[0], cmd, os.environ)
     except OSError as exc:
-        print(f"tracewire sandbox: cannot start {cmd[0]!r}: {exc}", file=sys.stderr)
+        sys.stderr.write(f"tracewire sandbox: cannot start {cmd[0]!r}: {exc}\n")
         return 127
 
     def forward(sig: int, _frame: object) -> None:
-        child.send_signal(sig)
+        try:
+            os.kill(pid, sig)
+        except OSError:
+            pass
 
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(sig, forward)
-    code = child.wait()
-    return 128 - code if code < 0 else code
+    for sig in (_signal.SIGTERM, _signal.SIGINT, _signal.SIGHUP):
+        _signal.signal(sig, forward)
+    while True:
+        try:
+            _, status = os.waitpid(pid, 0)
+            break
+        except InterruptedError:
+            continue
+    if os.WIFSIGNALED(status):
+        return 128 + os.WTERMSIG(status)
+    return os.WEXITSTATUS(status)
 
 
 if __name__ == "__main__":
-    sys.stdout.flush()
-    os._exit(main(sys.argv[1:]))
+    code = main(sys.argv[1:])
+    sys.stderr.flush()
+    os._exit(code)
