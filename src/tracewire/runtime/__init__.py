@@ -16,9 +16,11 @@ from ._api import (
 from ._bwrap import BwrapRuntime, bwrap_usable
 from ._docker import DockerRuntime, docker_usable
 from ._local import LocalRuntime
+from ._presets import AgentPreset, claude_code, codex, mini_swe_agent
 from ._relay import SessionRelay
 
 __all__ = [
+    "AgentPreset",
     "BwrapRuntime",
     "DockerRuntime",
     "ExecResult",
@@ -33,5 +35,8 @@ __all__ = [
     "SandboxError",
     "SessionRelay",
     "bwrap_usable",
+    "claude_code",
+    "codex",
     "docker_usable",
+    "mini_swe_agent",
 ]
