@@ -26,7 +26,8 @@ from .conftest import needs_bwrap
 
 EP = ProxyEndpoint("127.0.0.1", 4321, "sid1", "tw-secret")
 PRESETS: dict[str, Callable[[str], AgentPreset]] = {
-    "claude-code": lambda p: claude_code(p, model=MODEL_NAME, max_turns=3, tools=[], max_output_tokens=512),
+    "claude-code": lambda p: claude_code(p, model=MODEL_NAME, max_turns=3, tools=[],
+                                         max_output_tokens=512),
     "codex": lambda p: codex(p, model=MODEL_NAME),
     "mini-swe-agent": lambda p: mini_swe_agent(p, model=MODEL_NAME),
 }
