@@ -32,10 +32,11 @@ pytestmark = needs_bwrap
 TURNS = 4
 
 
-async def _run_agent(proxy: Proxy, rt_cls: type[Runtime], **kw: Any) -> tuple[Any, Runtime]:
+async def _run_agent(proxy: Proxy, rt_cls: type[Runtime], extra_env: dict[str, str] | None = None,
+                     **kw: Any) -> tuple[Any, Runtime]:
     session = proxy.create_session()
     rt = rt_cls(endpoint=ProxyEndpoint.from_session(session),
-                env={"TRACEWIRE_MODEL": MODEL_NAME}, **kw)
+                env={"TRACEWIRE_MODEL": MODEL_NAME, **(extra_env or {})}, **kw)
     async with rt:
         await rt.put_files({"agent.py": agent_file("chat_agent.py")})
         res = await rt.exec([VENV_PYTHON, "agent.py", str(TURNS)], timeout=120)
@@ -48,7 +49,11 @@ async def _run_agent(proxy: Proxy, rt_cls: type[Runtime], **kw: Any) -> tuple[An
 async def test_agent_in_bwrap_records_the_same_tokens_as_local(proxy: Proxy) -> None:
     phases: list[str] = []
     local, _ = await _run_agent(proxy, LocalRuntime)
-    boxed, rt = await _run_agent(proxy, BwrapRuntime, ro_paths=[VENV],
+    # CA-bundle variables as this host exports them: valid inside (the sandbox's /etc has
+    # the certificates) or dropped (one pointing at a file the sandbox cannot see).
+    ca = {"SSL_CERT_FILE": "/etc/ssl/certs/ca-certificates.crt",
+          "REQUESTS_CA_BUNDLE": "/root/not-in-the-sandbox/ca.pem"}
+    boxed, rt = await _run_agent(proxy, BwrapRuntime, ro_paths=[VENV], extra_env=ca,
                                  on_phase=lambda name, t0, t1: phases.append(name))
     assert isinstance(rt, BwrapRuntime)
     assert phases == ["boot", "exec", "close"]
@@ -214,3 +219,14 @@ async def test_cancelled_exec_leaves_nothing_behind() -> None:
     assert procs_with(marker) == []
     assert state is not None and not state.exists()  # noqa: ASYNC240
     await rt.close()  # idempotent
+
+
+async def test_ca_variables_the_sandbox_cannot_honour_are_dropped() -> None:
+    env = {"SSL_CERT_FILE": "/etc/ssl/certs/ca-certificates.crt",
+           "REQUESTS_CA_BUNDLE": "/root/elsewhere/ca.pem", "CURL_CA_BUNDLE": "/tmp/x.pem"}
+    async with BwrapRuntime(env=env) as rt:
+        res = await rt.exec(["/bin/sh", "-c", 'echo "$SSL_CERT_FILE|$REQUESTS_CA_BUNDLE|'
+                             '$CURL_CA_BUNDLE"; test -s "$SSL_CERT_FILE"'], timeout=30)
+    assert res.ok, res.to_info()
+    # /tmp inside is the sandbox's own, so a path there is kept (it names that /tmp).
+    assert res.stdout == b"/etc/ssl/certs/ca-certificates.crt||/tmp/x.pem\n"

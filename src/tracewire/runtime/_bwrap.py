@@ -43,6 +43,11 @@ _LAUNCH = Path(__file__).with_name("_launch.py")
 _ETC_DIRS = ("/etc/ssl", "/etc/ca-certificates", "/etc/alternatives")
 _ETC_FILES = ("/etc/ld.so.cache", "/etc/localtime", "/etc/mime.types")
 _SYSTEM = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+#: Variables naming CA bundles; one whose file the sandbox cannot see is dropped, since
+#: the openai SDK fails creating its client when it points at a missing file.
+CA_VARS = ("SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE",
+           "NODE_EXTRA_CA_CERTS", "AWS_CA_BUNDLE", "GIT_SSL_CAINFO", "PIP_CERT",
+           "NIX_SSL_CERT_FILE", "HTTPLIB2_CA_CERTS", "GRPC_DEFAULT_SSL_ROOTS_FILE_PATH")
 _SIGNAL_LIMITS = {128 + 24: "cpu", 128 + 25: "file"}  # SIGXCPU, SIGXFSZ
 INSIDE_WORKDIR = "/workspace"
 INSIDE_RUN = "/run/tracewire"
@@ -193,10 +198,21 @@ class BwrapRuntime(Runtime):
               "--", *argv]
         return a
 
+    def _visible(self, path: str) -> bool:
+        """Whether a host path is inside something bound into the sandbox."""
+        _, prefix = _interpreter()
+        roots = ("/usr", *_ETC_DIRS, *_ETC_FILES, prefix, *self.ro_paths, *self.rw_paths,
+                 INSIDE_WORKDIR, "/tmp")
+        p = os.path.normpath(path)
+        return any(p == r or p.startswith(r.rstrip("/") + "/") for r in roots)
+
     async def _exec(self, argv: list[str], env: dict[str, str], cwd: str | None,
                     timeout: float | None, stdin: bytes | None) -> ExecResult:
         full = {"PATH": DEFAULT_PATH, "HOME": INSIDE_WORKDIR, "TMPDIR": "/tmp",
                 "LANG": "C.UTF-8", **self._agent_env(env)}
+        for var in CA_VARS:
+            if var in full and not self._visible(full[var]):
+                del full[var]
         cg = self._cgroup
         before = cg.counters() if cg is not None else {}
         wrap = cg.join_argv() if cg is not None else []

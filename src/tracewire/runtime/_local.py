@@ -15,7 +15,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from ._api import ExecResult, Runtime, SandboxError
+from ._api import ExecResult, Limits, Runtime, SandboxError
 from ._limits import prlimit_argv
 from ._proc import run_process
 
@@ -29,8 +29,10 @@ class LocalRuntime(Runtime):
 
     name = "local"
 
-    def __init__(self, *, inherit_env: bool = True, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
+    def __init__(self, *, inherit_env: bool = True, limits: Limits | None = None,
+                 **kwargs: Any) -> None:
+        # Today's behaviour by default: no limits unless asked for.
+        super().__init__(limits=limits or Limits(None, None, None, None, None), **kwargs)
         self.inherit_env = inherit_env
         self._dir: Path | None = None
 
