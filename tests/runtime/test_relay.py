@@ -126,3 +126,20 @@ async def test_oversized_head_is_refused(
     raw = (f"GET /sessions/{own.id}/v1/models HTTP/1.1\r\nX: {'a' * 70000}\r\n\r\n").encode()
     answer = await _raw(relay, raw)
     assert _status(answer) == 431
+
+
+async def test_connections_are_bounded(proxy: Proxy) -> None:
+    own = proxy.create_session()
+    with tempfile.TemporaryDirectory(prefix="tw-relay-") as d:
+        relay = SessionRelay(ProxyEndpoint.from_session(own), Path(d) / "s.sock",
+                             max_connections=2)
+        await relay.start()
+        try:
+            held = [await asyncio.open_unix_connection(relay.socket_path) for _ in range(2)]
+            await asyncio.sleep(0.2)
+            answer = await _raw(relay, b"GET /v1/models HTTP/1.1\r\n\r\n")
+            assert _status(answer) == 503
+            for _, w in held:
+                w.close()
+        finally:
+            await relay.stop()

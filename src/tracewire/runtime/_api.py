@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import dataclasses
 import time
 import urllib.parse
 from collections.abc import Callable, Mapping, Sequence
@@ -106,13 +107,17 @@ class ProxyEndpoint:
 
     @property
     def base_url(self) -> str:
-        """The OpenAI base URL the agent uses (the same inside a sandbox as outside)."""
-        return f"http://127.0.0.1:{self.port}/sessions/{self.session_id}/v1"
+        """The session's OpenAI base URL (``…/sessions/<id>/v1``)."""
+        return f"http://{self.host}:{self.port}/sessions/{self.session_id}/v1"
 
     @property
     def anthropic_base_url(self) -> str:
-        """The Anthropic base URL the agent uses."""
-        return f"http://127.0.0.1:{self.port}/sessions/{self.session_id}"
+        """The session's Anthropic base URL (``…/sessions/<id>``)."""
+        return f"http://{self.host}:{self.port}/sessions/{self.session_id}"
+
+    def on_loopback(self) -> ProxyEndpoint:
+        """The same session as a sandbox's agent reaches it: ``127.0.0.1:<port>``."""
+        return dataclasses.replace(self, host="127.0.0.1")
 
 
 @dataclass
@@ -289,11 +294,16 @@ class Runtime(abc.ABC):
         if self.on_phase is not None:
             self.on_phase(name, t0, time.monotonic())
 
+    @property
+    def agent_endpoint(self) -> ProxyEndpoint | None:
+        """The endpoint as the agent addresses it (sandboxes: on their own loopback)."""
+        return self.endpoint
+
     def _agent_env(self, extra: Mapping[str, str]) -> dict[str, str]:
         """The session variables, then the runtime's env, then this exec's env."""
         env: dict[str, str] = {}
-        if self.endpoint is not None:
-            e = self.endpoint
+        e = self.agent_endpoint
+        if e is not None:
             env.update(
                 OPENAI_BASE_URL=e.base_url, ANTHROPIC_BASE_URL=e.anthropic_base_url,
                 TRACEWIRE_SESSION=e.session_id,

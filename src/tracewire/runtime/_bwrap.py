@@ -32,7 +32,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ._api import ExecResult, Runtime, RuntimeUnavailable, SandboxError
+from ._api import ExecResult, ProxyEndpoint, Runtime, RuntimeUnavailable, SandboxError
 from ._limits import Cgroup, prlimit_argv
 from ._proc import run_process
 from ._relay import SessionRelay
@@ -111,6 +111,11 @@ class BwrapRuntime(Runtime):
     def cgroup(self) -> Cgroup | None:
         """The cgroup holding processes/memory limits (None when none could be made)."""
         return self._cgroup
+
+    @property
+    def agent_endpoint(self) -> ProxyEndpoint | None:
+        """The session at ``127.0.0.1:<proxy port>`` on the sandbox's own loopback."""
+        return self.endpoint.on_loopback() if self.endpoint is not None else None
 
     def host_workdir(self) -> Path:
         """Where ``/workspace`` lives on the host."""

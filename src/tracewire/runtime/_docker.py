@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ._api import ExecResult, Runtime, RuntimeUnavailable, SandboxError
+from ._api import ExecResult, ProxyEndpoint, Runtime, RuntimeUnavailable, SandboxError
 from ._proc import run_process
 from ._relay import SessionRelay
 
@@ -97,6 +97,11 @@ class DockerRuntime(Runtime):
         self._state: Path | None = None
         self._relay: SessionRelay | None = None
         self._started = False
+
+    @property
+    def agent_endpoint(self) -> ProxyEndpoint | None:
+        """The session at ``127.0.0.1:<proxy port>`` on the sandbox's own loopback."""
+        return self.endpoint.on_loopback() if self.endpoint is not None else None
 
     def host_workdir(self) -> Path:
         """Where ``/workspace`` lives on the host (a bind mount)."""

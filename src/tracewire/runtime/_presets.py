@@ -39,7 +39,7 @@ class AgentPreset:
 
     def render(self, runtime: Runtime) -> tuple[list[str], dict[str, str], dict[str, str]]:
         """(argv, env, files) with the templates filled in for ``runtime``."""
-        ep = runtime.endpoint
+        ep = runtime.agent_endpoint
         if ep is None:
             raise SandboxError(f"preset {self.name}: the runtime has no proxy endpoint")
         values = {"workdir": runtime.workdir, "base_url": ep.base_url,

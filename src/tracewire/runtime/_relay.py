@@ -40,9 +40,11 @@ class _Refused(Exception):
 class SessionRelay:
     """Serve ``socket_path`` (a Unix socket), forwarding allowed requests to the proxy at
     ``endpoint.host:endpoint.port``. ``refused`` keeps the latest refusals (for tests and
-    records); ``forwarded`` counts requests let through."""
+    records); ``forwarded`` counts requests let through; at most ``max_connections`` are
+    open at once (more get ``503``)."""
 
-    def __init__(self, endpoint: ProxyEndpoint, socket_path: str | Path) -> None:
+    def __init__(self, endpoint: ProxyEndpoint, socket_path: str | Path, *,
+                 max_connections: int = 64) -> None:
         self.endpoint = endpoint
         self.socket_path = str(socket_path)
         sid = re.escape(endpoint.session_id)
@@ -51,6 +53,7 @@ class SessionRelay:
         self._secret = endpoint.secret.encode()
         self.refused: deque[str] = deque(maxlen=100)
         self.forwarded = 0
+        self.max_connections = max_connections
         self._server: asyncio.AbstractServer | None = None
         self._conns: set[asyncio.Task[None]] = set()
 
@@ -80,6 +83,9 @@ class SessionRelay:
         pump: asyncio.Task[None] | None = None
         refusal: _Refused | None = None
         try:
+            if len(self._conns) > self.max_connections:
+                # Each connection holds one to the proxy: the agent may not exhaust them.
+                raise _Refused(503, f"over {self.max_connections} connections")
             up_r, up_w = await asyncio.open_connection(self.endpoint.host, self.endpoint.port)
             sock = up_w.get_extra_info("socket")
             if sock is not None:
