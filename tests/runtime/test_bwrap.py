@@ -163,7 +163,10 @@ async def test_fork_bomb_is_stopped_by_the_process_limit() -> None:
             "        raise SystemExit(3)\n")
     async with BwrapRuntime(limits=Limits(processes=48)) as rt:
         _needs_cgroup(rt, "processes")
+        assert rt.cgroup is not None
+        cgroup_dirs = list(rt.cgroup.dirs.values())
         res = await rt.exec([PYTHON, "-c", code], timeout=60)
+    assert [d for d in cgroup_dirs if d.exists()] == []
     assert not res.timed_out
     assert res.limit == "processes", res.to_info()
     assert isinstance(res.error(), ResourceLimitExceeded)
