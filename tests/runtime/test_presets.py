@@ -3,6 +3,7 @@ inside bwrap where the CLI is installed (skipped otherwise, naming the missing p
 
 from __future__ import annotations
 
+import os
 import tomllib
 from collections.abc import Callable
 from typing import Any
@@ -24,6 +25,7 @@ from tracewire.runtime import (
 
 from .conftest import needs_bwrap
 
+SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin"
 EP = ProxyEndpoint("127.0.0.1", 4321, "sid1", "tw-secret")
 PRESETS: dict[str, Callable[[str], AgentPreset]] = {
     "claude-code": lambda p: claude_code(p, model=MODEL_NAME, max_turns=3, tools=[],
@@ -69,14 +71,20 @@ def test_render_needs_an_endpoint() -> None:
         codex("x", model="m").render(BwrapRuntime())
 
 
-async def _run(proxy: Proxy, preset: AgentPreset) -> tuple[Any, Any, BwrapRuntime]:
-    missing = preset.missing()
+async def _run(proxy: Proxy, preset: AgentPreset, venv: str | None = None
+               ) -> tuple[Any, Any, BwrapRuntime]:
+    """Run ``preset`` in bwrap; a CLI installed in a venv gets that venv bound and on PATH."""
+    path = f"{venv}/bin:{SANDBOX_PATH}" if venv else None
+    missing = preset.missing(path)
     if missing:
         pytest.skip(f"{preset.name}: {', '.join(missing)} not installed")
     session = proxy.create_session()
-    rt = BwrapRuntime(endpoint=ProxyEndpoint.from_session(session))
+    rt = BwrapRuntime(endpoint=ProxyEndpoint.from_session(session),
+                      ro_paths=[venv] if venv else [])
     async with rt:
         argv, env, files = preset.render(rt)
+        if path:
+            env["PATH"] = path
         await rt.put_files(files)
         res = await rt.exec(argv, env=env, timeout=300)
     return session, res, rt
@@ -107,6 +115,8 @@ async def test_codex_in_bwrap_reaches_its_session_over_responses(proxy: Proxy) -
 
 @needs_bwrap
 async def test_mini_swe_agent_in_bwrap_completes(proxy: Proxy) -> None:
-    session, res, _ = await _run(proxy, PRESETS["mini-swe-agent"]("Run `echo hello`."))
+    """``TRACEWIRE_MINI_SWE_VENV``: a venv holding mini-swe-agent (else ``mini`` on PATH)."""
+    venv = os.environ.get("TRACEWIRE_MINI_SWE_VENV")
+    session, res, _ = await _run(proxy, PRESETS["mini-swe-agent"]("Run `echo hello`."), venv)
     assert session.trace.calls, res.to_info()
     assert all(c.error is None for c in session.trace.calls)
