@@ -1,0 +1,57 @@
+"""The docker/podman runtime, where a daemon and a local image exist (set
+``TRACEWIRE_DOCKER_IMAGE``; nothing is pulled). Skipped otherwise, with the reason."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import secrets
+
+import pytest
+
+from tracewire.model import MODEL_NAME
+from tracewire.proxy import Proxy
+from tracewire.runtime import DockerRuntime, Limits, ProxyEndpoint, docker_usable
+
+from .conftest import agent_file
+
+ENGINE = os.environ.get("TRACEWIRE_DOCKER_ENGINE", "docker")
+IMAGE = os.environ.get("TRACEWIRE_DOCKER_IMAGE", "tracewire-sandbox:local")
+REASON = asyncio.run(docker_usable(ENGINE, IMAGE))
+pytestmark = pytest.mark.skipif(REASON is not None, reason=f"docker runtime: {REASON}")
+
+
+async def test_probe_in_container_reaches_only_its_session(proxy: Proxy) -> None:
+    own, other = proxy.create_session(), proxy.create_session()
+    ep = ProxyEndpoint.from_session(own)
+    cfg = {"port": ep.port, "read": [], "write": ["/usr/pwned", "/workspace/mine.txt"],
+           "tcp": [["127.0.0.1", ep.port], ["8.8.8.8", 53]],
+           "http": {"own": ["GET", f"/sessions/{own.id}/v1/models", own.secret],
+                    "other": ["GET", f"/sessions/{other.id}/v1/models", other.secret],
+                    "api": ["POST", "/sessions", own.secret]}}
+    async with DockerRuntime(IMAGE, engine=ENGINE, endpoint=ep,
+                             env={"TRACEWIRE_MODEL": MODEL_NAME}) as rt:
+        await rt.put_files({"probe.py": agent_file("probe.py")})
+        res = await rt.exec(["python3", "probe.py", json.dumps(cfg)], timeout=60)
+        assert res.ok, res.to_info()
+        out = json.loads(res.stdout)
+    assert out["write"]["/usr/pwned"] != "WROTE"
+    assert out["write"]["/workspace/mine.txt"] == "WROTE"
+    assert out["tcp"][f"127.0.0.1:{ep.port}"] == "CONNECTED"
+    assert out["tcp"]["8.8.8.8:53"] != "CONNECTED"
+    assert out["http"] == {"own": 200, "other": 403, "api": 403}
+
+
+async def test_timeout_and_limits_in_container() -> None:
+    marker = "tw-docker-" + secrets.token_hex(4)
+    async with DockerRuntime(IMAGE, engine=ENGINE, limits=Limits(processes=32)) as rt:
+        res = await rt.exec(["/bin/sh", "-c", f"echo before; sleep 300 # {marker}"],
+                            timeout=2)
+        assert res.timed_out and res.stdout == b"before\n"
+        name = rt.container
+    proc = await asyncio.create_subprocess_exec(
+        ENGINE, "ps", "-a", "-q", "--filter", f"name={name}",
+        stdout=asyncio.subprocess.PIPE)
+    out, _ = await proc.communicate()
+    assert out.strip() == b""  # the container is gone
