@@ -32,6 +32,7 @@ from ._errors import (
     UpstreamError,
     WorkerDiedError,
 )
+from ._version import __version__
 from .trace import (
     SCHEMA_VERSION,
     Branch,
@@ -47,8 +48,6 @@ from .trace import (
     ToolCall,
     Trace,
 )
-
-from ._version import __version__
 
 if TYPE_CHECKING:  # the same names the lazy loader below resolves, typed for mypy users
     from . import codec
