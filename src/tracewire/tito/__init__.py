@@ -27,6 +27,7 @@ from ._history import (
     RerenderReason,
     message_digest,
 )
+from ._mismatch import Difference, DifferenceKind, MismatchReport, mismatch_report
 from ._parse import ParsedCall, ParsedCompletion, parse_completion
 from ._render import PromptBuilder, Rendered
 from ._session import Plan, TokenSession
@@ -38,9 +39,12 @@ __all__ = [
     "ChatTokenizer",
     "Continuation",
     "ConversationIndex",
+    "Difference",
+    "DifferenceKind",
     "Family",
     "FamilyName",
     "LengthRule",
+    "MismatchReport",
     "ParsedCall",
     "ParsedCompletion",
     "Plan",
@@ -58,6 +62,7 @@ __all__ = [
     "UpstreamShapeError",
     "chat_messages",
     "message_digest",
+    "mismatch_report",
     "parse_completion",
     "probe_family",
 ]
