@@ -30,18 +30,18 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import emit, median_ms  # noqa: E402
+from _common import emit, median_ms
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from tracewire.tito import (  # noqa: E402
+from tracewire.tito import (
     ChatTokenizer,
     Plan,
     PromptBuilder,
     TokenSession,
     parse_completion,
 )
-from tracewire.tito.fixtures import build_tokenizer_dir  # noqa: E402
+from tracewire.tito.fixtures import build_tokenizer_dir
 
 TURNS = 1000
 RUNS = 5
@@ -83,7 +83,7 @@ def session(fam: str, b: PromptBuilder) -> tuple[list[float], list[float],
             t2 = time.perf_counter()
             bridge_ms.append((t2 - t1) * 1e3)
             plan_ms.append((t2 - t0) * 1e3)
-        ids = b.tok.encode(completion(fam, t)) + [b.family.stop_ids[0]]
+        ids = [*b.tok.encode(completion(fam, t)), b.family.stop_ids[0]]
         a = parse_completion(b.tok.decode(ids), b.family).as_message()
         s.commit(plan, a, ids, ended_by_stop=True)
         msgs.append(a)
@@ -126,7 +126,7 @@ def main() -> None:
         base = median_ms(baseline, RUNS)
         emit("tito", f"turns_128_{fam}", "prompt_ms", "ms", window(bridge_ms, 128), base,
              "lower", RUNS)
-        text = tok.decode(tok.encode(completion(fam, 42)) + [b.family.stop_ids[0]])
+        text = tok.decode([*tok.encode(completion(fam, 42)), b.family.stop_ids[0]])
         per = median_ms(lambda text=text, b=b: [parse_completion(text, b.family)
                                                 for _ in range(1000)], RUNS)
         emit("tito", f"parse_{fam}", "parse_us", "us", per, None, "lower", RUNS)

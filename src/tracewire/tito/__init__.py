@@ -32,7 +32,16 @@ from ._parse import ParsedCall, ParsedCompletion, parse_completion
 from ._render import PromptBuilder, Rendered
 from ._session import Plan, TokenSession
 from ._stream import StreamEvent, StreamParser
-from ._tokenizer import ChatTokenizer, chat_messages
+from ._tokenizer import ChatTokenizer, IncrementalDecoder, chat_messages
+
+
+def __getattr__(name: str) -> object:
+    # TokenUpstream pulls in the proxy and aiohttp: load it only when asked for.
+    if name == "TokenUpstream":
+        from ._upstream import TokenUpstream
+
+        return TokenUpstream
+    raise AttributeError(name)
 
 __all__ = [
     "BridgeError",
@@ -43,6 +52,7 @@ __all__ = [
     "DifferenceKind",
     "Family",
     "FamilyName",
+    "IncrementalDecoder",
     "LengthRule",
     "MismatchReport",
     "ParsedCall",
@@ -57,6 +67,7 @@ __all__ = [
     "TemplateError",
     "TitoUnavailableError",
     "TokenSession",
+    "TokenUpstream",
     "ToolFormat",
     "TruncatedTurnError",
     "UpstreamShapeError",

@@ -40,10 +40,11 @@ class TruncatedTurnError(ProxyError, ValueError):
 
 
 class UpstreamShapeError(UpstreamError):
-    """A token-in/token-out reply that cannot be recorded (its logprob count differs from its
-    completion length, ids missing or not integers); answered 502, never recorded."""
+    """A token-in/token-out call that cannot be served or recorded: a reply whose logprob
+    count differs from its completion length or whose ids are missing (502, never recorded),
+    the server's own 4xx, or a request refused before it is sent (``status``)."""
 
-    def __init__(self, message: str = "") -> None:
+    def __init__(self, message: str = "", status: int = 502) -> None:
         # Set here too: works whether or not UpstreamError takes a status yet.
         super().__init__(message)
-        self.status = 502
+        self.status = status

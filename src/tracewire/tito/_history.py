@@ -141,10 +141,13 @@ class Continuation:
 
 class ConversationIndex:
     """The recorded turns of one session (or one upstream), found by message digest chains.
-    ``max_entries`` bounds the index (oldest entries go first)."""
+    ``max_entries`` bounds the index (oldest entries go first). ``shared``: the index serves
+    many conversations, so a history sharing nothing with them is a new one, not a
+    re-render."""
 
-    def __init__(self, max_entries: int = 200_000) -> None:
+    def __init__(self, max_entries: int = 200_000, *, shared: bool = False) -> None:
         self.max_entries = max_entries
+        self.shared = shared
         self._prompts: dict[bytes, RecordedTurn] = {}
         self._ends: dict[bytes, RecordedTurn] = {}
         self._next_role: dict[bytes, str] = {}  # chain hash -> role of the message after it
@@ -177,6 +180,10 @@ class ConversationIndex:
             if h not in self._next_role and h not in self._ends and h not in self._prompts:
                 break
             common = k + 1
+        if self.shared and not any(m.get("role") == "assistant" for m in messages[:common]):
+            # Many conversations share a system prompt or a first question: diverging before
+            # any sampled turn is another conversation, not an edited one.
+            return None
         if common == 0:
             if messages and messages[0].get("role") == "system" == self._first_role:
                 return RerenderReason.SYSTEM_CHANGED

@@ -19,7 +19,7 @@ import orjson
 
 from ._errors import TemplateError, TitoUnavailableError
 
-__all__ = ["ChatTokenizer", "chat_messages"]
+__all__ = ["ChatTokenizer", "IncrementalDecoder", "chat_messages"]
 
 _EXTRA_HINT = "token-in/token-out needs the optional extra: pip install 'tracewire[tito]'"
 
@@ -139,3 +139,27 @@ class ChatTokenizer:
     def id_text(self, tid: int) -> str:
         """The text of one id (empty for an id outside the vocabulary)."""
         return str(self._fast.decode([tid], skip_special_tokens=False))
+
+
+class IncrementalDecoder:
+    """Text of ids arriving a few at a time: each call returns only the new text, and holds
+    back bytes that do not yet form a whole character (byte-level BPE splits them)."""
+
+    __slots__ = ("_ids", "_prefix", "_read", "_tok")
+
+    def __init__(self, tok: ChatTokenizer) -> None:
+        self._tok = tok
+        self._ids: list[int] = []
+        self._prefix = 0
+        self._read = 0
+
+    def add(self, ids: Sequence[int]) -> str:
+        """The text ``ids`` add (empty while a character is incomplete)."""
+        self._ids.extend(ids)
+        # Decode a short window, not the whole completion: flat cost per delta.
+        before = self._tok.decode(self._ids[self._prefix:self._read])
+        text = self._tok.decode(self._ids[self._prefix:])
+        if text.endswith("\ufffd") or len(text) <= len(before):
+            return ""
+        self._prefix, self._read = self._read, len(self._ids)
+        return text[len(before):]
