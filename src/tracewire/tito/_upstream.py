@@ -128,6 +128,12 @@ class TokenUpstream(Upstream):
             raise UpstreamShapeError("TokenUpstream used before start()")
         return self._http
 
+    def _think_opened(self, plan: Plan) -> bool:
+        # Some generation prompts open the reasoning block themselves (Qwen3.5's ends in
+        # "<think>\n"): the completion then starts inside it.
+        return self.builder.tok.decode(plan.point.buffer.ids[
+            max(0, plan.point.length - 4):plan.point.length]).rstrip().endswith("<think>")
+
     async def _commit(self, plan: Plan, parsed: ParsedCompletion, gen: Generation) -> None:
         async with self._lock:
             self.session.commit(plan, parsed.as_message(), gen.ids, gen.ended_by_stop)
@@ -156,7 +162,8 @@ class TokenUpstream(Upstream):
         data = await self._post(payload)
         gen = decode_response(self.api, data)
         text = self.builder.tok.decode(gen.ids)
-        parsed = parse_completion(text, self.builder.family)
+        parsed = parse_completion(text, self.builder.family,
+                                  think_opened=self._think_opened(plan))
         await self._commit(plan, parsed, gen)
         return UpstreamReply(self._reply(plan, parsed, gen), None, None)
 
@@ -188,7 +195,8 @@ class TokenUpstream(Upstream):
             # Asked whole (its streamed shape is not documented), relayed as one chunk.
             gen = decode_response(self.api, await self._post(encode_request(
                 self.api, plan.prompt_ids, self._sampling(body), model=self.model)))
-            parsed = parse_completion(self.builder.tok.decode(gen.ids), self.builder.family)
+            parsed = parse_completion(self.builder.tok.decode(gen.ids), self.builder.family,
+                                      think_opened=self._think_opened(plan))
             await self._commit(plan, parsed, gen)
             msg = parsed.as_message()
             delta = {k: v for k, v in msg.items() if v is not None}
@@ -202,7 +210,7 @@ class TokenUpstream(Upstream):
                                  model=self.model, stream=True)
         dec = StreamDecoder(self.api)
         detok = IncrementalDecoder(self.builder.tok)
-        parser = StreamParser(self.builder.family)
+        parser = StreamParser(self.builder.family, think_opened=self._think_opened(plan))
         first = True
         n_calls = 0
         try:
