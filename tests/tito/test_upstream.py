@@ -92,7 +92,13 @@ async def test_multi_turn(toks: dict[str, ChatTokenizer], family: str, api: Upst
             msgs.append(msg)
             msgs.append({"role": "tool", "tool_call_id": msg["tool_calls"][0]["id"],
                          "content": f"value {t}"})
+            if t == 2:  # a new user query: Qwen3's template would drop past <think> here
+                msgs.append({"role": "user", "content": "and the rest"})
         assert up.session.bridges == 5 and not up.session.rerenders
+        # The same history again (a retry, a group's second sample): the same prompt ids.
+        again = await _turn(up, msgs[:2], stream)
+        assert again["prompt"] == script.requests[0].get("prompt", script.requests[0].get(
+            "token_ids", script.requests[0].get("input_ids")))
     finally:
         await up.close()
         await runner.cleanup()
