@@ -28,6 +28,7 @@ def _import_auto_tokenizer() -> Any:
     # Never reach for the hub: a directory is all we load, and tests run offline.
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")  # no "PyTorch was not found"
     try:
         import transformers
         from transformers import AutoTokenizer
