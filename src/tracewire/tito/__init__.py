@@ -1,0 +1,79 @@
+"""Token-in/token-out: the proxy renders prompts itself and keeps the sampled ids verbatim.
+
+Rendering loads a local tokenizer directory (``tokenizer.json`` + ``tokenizer_config.json``
+with ``chat_template``) through ``transformers``, offline and without torch; it needs the
+optional extra ``tracewire[tito]``, imported only when a tokenizer is loaded.
+:class:`TokenSession` resolves each request's history, bridges (recorded ids + junction +
+suffix) or re-renders with a reason; :func:`parse_completion` / :class:`StreamParser` turn
+the completion text back into an assistant message; ``tracewire.tito.codecs`` speaks the
+token-in endpoints of vLLM and SGLang; :func:`mismatch_report` compares a branch with a
+canonical re-render.
+"""
+
+from __future__ import annotations
+
+from ._errors import (
+    BridgeError,
+    TemplateError,
+    TitoUnavailableError,
+    TruncatedTurnError,
+    UpstreamShapeError,
+)
+from ._family import Family, FamilyName, LengthRule, ToolFormat, probe_family
+from ._history import (
+    Continuation,
+    ConversationIndex,
+    RecordedTurn,
+    RerenderReason,
+    message_digest,
+)
+from ._mismatch import Difference, DifferenceKind, MismatchReport, mismatch_report
+from ._parse import ParsedCall, ParsedCompletion, parse_completion
+from ._render import PromptBuilder, Rendered
+from ._session import Plan, TokenSession
+from ._stream import StreamEvent, StreamParser
+from ._tokenizer import ChatTokenizer, IncrementalDecoder, chat_messages
+
+
+def __getattr__(name: str) -> object:
+    # TokenUpstream pulls in the proxy and aiohttp: load it only when asked for.
+    if name == "TokenUpstream":
+        from ._upstream import TokenUpstream
+
+        return TokenUpstream
+    raise AttributeError(name)
+
+__all__ = [
+    "BridgeError",
+    "ChatTokenizer",
+    "Continuation",
+    "ConversationIndex",
+    "Difference",
+    "DifferenceKind",
+    "Family",
+    "FamilyName",
+    "IncrementalDecoder",
+    "LengthRule",
+    "MismatchReport",
+    "ParsedCall",
+    "ParsedCompletion",
+    "Plan",
+    "PromptBuilder",
+    "RecordedTurn",
+    "Rendered",
+    "RerenderReason",
+    "StreamEvent",
+    "StreamParser",
+    "TemplateError",
+    "TitoUnavailableError",
+    "TokenSession",
+    "TokenUpstream",
+    "ToolFormat",
+    "TruncatedTurnError",
+    "UpstreamShapeError",
+    "chat_messages",
+    "message_digest",
+    "mismatch_report",
+    "parse_completion",
+    "probe_family",
+]
