@@ -62,6 +62,9 @@ class WorkerPool(abc.ABC):
     #: The backend's name, for ``health`` and ``stats``.
     name: str = "process"
 
+    def prepare(self) -> None:  # noqa: B027 (optional hook, default does nothing)
+        """Blocking set-up before serving (e.g. joining a cluster); callers run it off-loop."""
+
     def attach(self, context: zmq.Context[Any], endpoint: str) -> None:  # noqa: B027
         """Receive the broker's ZMQ context and in-process endpoint (``in_process`` pools)."""
 
