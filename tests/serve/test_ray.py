@@ -13,6 +13,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -38,10 +39,17 @@ def run_in_netns(tmp_path: Path, *targets: str, limit: float = 240) -> None:
     if why:
         pytest.skip(why)
     report = tmp_path / "junit.xml"
-    (tmp_path / "home").mkdir()
-    (tmp_path / "ray").mkdir()
-    env = {**os.environ, "TRACEWIRE_NETNS": "1", "HOME": str(tmp_path / "home"),
-           "RAY_TMPDIR": str(tmp_path / "ray"), "RAY_USAGE_STATS_ENABLED": "0",
+    # Short: Ray's unix socket paths under it must fit in 107 bytes.
+    short = Path(tempfile.mkdtemp(prefix="twray-", dir="/tmp"))
+    try:
+        _run(report, short, targets, limit)
+    finally:
+        shutil.rmtree(short, ignore_errors=True)
+
+
+def _run(report: Path, short: Path, targets: tuple[str, ...], limit: float) -> None:
+    env = {**os.environ, "TRACEWIRE_NETNS": "1", "HOME": str(short),
+           "RAY_TMPDIR": str(short), "RAY_USAGE_STATS_ENABLED": "0",
            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT),
                                                        os.environ.get("PYTHONPATH")]))}
     cmd = [sys.executable, "-m", "pytest", *targets, "-q", "-p", "no:randomly",
