@@ -88,8 +88,9 @@ class EnvServer:
     async def start(self) -> EnvServer:
         """Bind, start the minimum number of workers and begin serving."""
         cfg = self.config
-        # Joining a cluster (Ray) blocks for seconds: off the event loop.
-        await asyncio.to_thread(self.workers.pool.prepare)
+        # Joining a cluster blocks (Ray: seconds, once per process) and Ray wants the main
+        # thread; callers that mind the stall call ``pool.prepare()`` before their loop.
+        self.workers.pool.prepare()
         self._front = self._ctx.socket(zmq.ROUTER)
         self._front.setsockopt(zmq.LINGER, 1000)
         self._front.setsockopt(zmq.MAXMSGSIZE, cfg.max_request_bytes)

@@ -110,6 +110,8 @@ async def _serve(args: argparse.Namespace) -> int:
                        heartbeat_timeout=hb_timeout)
     pool = make_pool(backend, ray_address=args.ray_address, worker_cpus=args.worker_cpus,
                      worker_resources=_resources(args.worker_resources))
+    # Before serving and on the main thread, where Ray wants to be initialised.
+    pool.prepare()
     server = EnvServer(args.env, address=args.address, config=cfg, factory=args.runner,
                        options=_options(args), pool=pool)
     await server.start()

@@ -50,10 +50,15 @@ async def serve_env(env: str, *, backend: str = "process", workers: int = 1,
     """Serve ``env`` from ``workers`` workers of ``backend`` and yield a connected client.
 
     ``config`` overrides the server settings (its ``workers`` wins over ``workers``);
-    ``pool`` overrides ``backend``. Raises ``ServeError`` when the workers are not ready
+    ``pool`` overrides ``backend``. Joining Ray blocks for seconds once per process (on
+    the calling thread, which Ray wants to be the main one): to keep that off a busy loop,
+    build the pool with :func:`make_pool`, call its ``prepare()`` before the loop runs and
+    pass it as ``pool``. Raises ``ServeError`` when the workers are not ready
     within ``ready_timeout`` (the message names the last worker error).
     """
-    cfg = config or ServerConfig(workers=workers, max_inflight=max(64, 8 * workers))
+    # Remote workers: a lost node is noticed by missing heartbeats, so listen closely.
+    cfg = config or ServerConfig(workers=workers, max_inflight=max(64, 8 * workers),
+                                 heartbeat_timeout=2.0 if backend == "ray" else 5.0)
     pool = pool or make_pool(backend, ray_address=ray_address, worker_cpus=worker_cpus,
                              worker_resources=worker_resources)
     server = EnvServer(env, address="tcp://127.0.0.1:0", config=cfg, factory=factory,

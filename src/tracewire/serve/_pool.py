@@ -63,7 +63,11 @@ class WorkerPool(abc.ABC):
     name: str = "process"
 
     def prepare(self) -> None:  # noqa: B027 (optional hook, default does nothing)
-        """Blocking set-up before serving (e.g. joining a cluster); callers run it off-loop."""
+        """Blocking set-up before serving (e.g. joining a cluster); idempotent.
+
+        The server calls it on start; call it before the event loop runs to keep that
+        stall off the loop.
+        """
 
     def attach(self, context: zmq.Context[Any], endpoint: str) -> None:  # noqa: B027
         """Receive the broker's ZMQ context and in-process endpoint (``in_process`` pools)."""

@@ -56,3 +56,14 @@ async def test_actor_exit_mid_episode_fails_fast_and_the_restarted_actor_serves(
             assert health["healthy"] and health["workers_live"] == 1
             print(f"actor death -> client error: {died_after:.2f}s")
 
+
+
+async def test_serve_env_over_ray(ray_pool: RayPool) -> None:
+    from tracewire.serve import serve_env
+
+    async with serve_env("standin", backend="ray", workers=2, pool=ray_pool) as client:
+        health = await client.health()
+        assert health["backend"] == "ray" and health["workers_live"] == 2
+        group = await client.run_group({"turns": 2, "tokens": 5}, 3, keep_frames=True)
+        assert [len(g.episode.traces[0].nodes) for g in group] == [4, 4, 4]
+        assert all(g.frames for g in group)  # for Run.append_frames
