@@ -66,6 +66,7 @@ class EnvServer:
         self._front: zmq.Socket[Any] | None = None
         self._back: zmq.Socket[Any] | None = None
         self._readers: list[Reader] = []
+        self._monitor: zmq.Socket[Any] | None = None
         self._tmpdir: str | None = None
         self.jobs: dict[int, Job] = {}
         self.queue: deque[Job] = deque()
@@ -126,7 +127,11 @@ class EnvServer:
         self.started_at = time.time()
         self._front_io = Reader(self._front, self._on_front, "clients")
         self._back_io = Reader(self._back, self._on_worker, "workers")
-        self._readers = [self._front_io, self._back_io]
+        # A worker's connection closing (its process or node gone) is heard at once; the
+        # heartbeat timeout stays the backstop for peers that vanish without closing.
+        monitor = self._monitor = self._back.get_monitor_socket(zmq.EVENT_DISCONNECTED)
+        self._readers = [self._front_io, self._back_io,
+                         Reader(monitor, self._on_disconnect, "worker-monitor")]
         for r in self._readers:
             r.start()
         self._tasks = [asyncio.create_task(self._supervise(), name="serve-supervise")]
@@ -174,6 +179,9 @@ class EnvServer:
         await asyncio.sleep(0.05)  # let the last answers leave the socket
         for r in self._readers:
             r.stop()
+        if self._monitor is not None and self._back is not None:
+            self._back.disable_monitor()
+            self._monitor.close(linger=0)
         for s in (self._front, self._back):
             if s is not None:
                 s.close(linger=1000)
@@ -202,6 +210,17 @@ class EnvServer:
         except zmq.ZMQError as exc:
             log.warning("cannot send to worker %s: %s", w.id, exc)
             return False
+
+    def reachable(self, w: WorkerState) -> bool:
+        """False when the connection to ``w`` is gone (its process or node died)."""
+        try:
+            self._back_io.send([w.id.encode(), encode_envelope("probe", "")])
+        except zmq.ZMQError as exc:
+            return exc.errno != zmq.EHOSTUNREACH  # a full queue is a slow worker, not a gone one
+        return True
+
+    def _on_disconnect(self, frames: list[Any]) -> None:
+        self.workers.probe()
 
     # -- jobs ------------------------------------------------------------------------------
     def fail_job(self, job: Job, exc: Exception) -> None:

@@ -115,7 +115,7 @@ async def _serve(args: argparse.Namespace) -> int:
     server = EnvServer(args.env, address=args.address, config=cfg, factory=args.runner,
                        options=_options(args), pool=pool)
     await server.start()
-    print(f"serving {args.env} on {server.address} ({backend} workers)", flush=True)
+    print(f"serving {args.env} on {server.address}", flush=True)
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):

@@ -3,7 +3,8 @@
 A worker is ``starting`` until it says ``ready``, then ``ready`` (takes work), ``retiring``
 (told to stop because idle) and finally ``dead``. A death is noticed from the pool handle's
 ``wait()`` (milliseconds after the process exits) or from missing heartbeats (hung worker,
-killed); either way its in-flight jobs fail at once with ``WorkerDiedError``.
+killed), or at once from its connection closing (a remote worker's process or node gone);
+either way its in-flight jobs fail at once with ``WorkerDiedError``.
 
 The manager sees its broker only through :class:`Broker` (how much work waits, how to talk
 to a worker, what to do when one becomes ready or goes); queueing, dispatch and deadlines
@@ -85,6 +86,9 @@ class Broker(Protocol):
 
     def worker_ready(self, w: WorkerState) -> None:
         """``w`` takes work from now on."""
+
+    def reachable(self, w: WorkerState) -> bool:
+        """False when the connection to ``w`` is gone."""
 
     def worker_gone(self, w: WorkerState, status: int) -> None:
         """``w`` has exited (``status``): its in-flight episodes must fail."""
@@ -190,6 +194,12 @@ class Workers:
         elif kind == "fatal":
             self.last_error = (f"worker {w.id} failed to start: "
                                f"{body.get('type')}: {body.get('message')}")
+
+    def probe(self) -> None:
+        """Some worker's connection closed: kill (and so replace) the ready ones it was."""
+        for w in [w for w in self.all.values() if w.state == "ready"]:
+            if not self.server.reachable(w):
+                self.kill(w, "its connection to the server closed")
 
     def check(self, now: float) -> None:
         """Kill hung or slow-starting workers, retire a surplus idle one, keep the minimum."""
