@@ -59,9 +59,11 @@ class RayWorker:
 
     async def serve(self, config_json: str) -> int:
         """Run one worker until the broker stops it; returns its exit status."""
+        from .._memory import tune_allocator
         from ._worker import serve_worker  # the worker loop, as in a worker process
 
         cfg = msgspec.json.decode(config_json, type=WorkerConfig)
+        tune_allocator()  # as a worker process does: reuse freed token memory, no page faults
         return await serve_worker(cfg)
 
     async def exit_now(self, status: int = 1) -> None:

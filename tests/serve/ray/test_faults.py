@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import asyncio
 import time
+from pathlib import Path
 
 import pytest
 
+from tests.codec.equality import assert_episode_equal
 from tracewire import Episode, WorkerDiedError
 from tracewire.codec import EpisodeDelta
-from tracewire.serve import EnvClient, EnvServer, RayPool, ServerConfig
+from tracewire.serve import EnvClient, EnvServer, RayPool, ServerConfig, serve_env
+from tracewire.store import Run, open_run
 
 from .test_contract import LONG, until
 
@@ -58,12 +61,20 @@ async def test_actor_exit_mid_episode_fails_fast_and_the_restarted_actor_serves(
 
 
 
-async def test_serve_env_over_ray(ray_pool: RayPool) -> None:
-    from tracewire.serve import serve_env
-
+async def test_serve_env_over_ray_frames_persist_as_received(ray_pool: RayPool,
+                                                              tmp_path: Path) -> None:
     async with serve_env("standin", backend="ray", workers=2, pool=ray_pool) as client:
         health = await client.health()
         assert health["backend"] == "ray" and health["workers_live"] == 2
-        group = await client.run_group({"turns": 2, "tokens": 5}, 3, keep_frames=True)
-        assert [len(g.episode.traces[0].nodes) for g in group] == [4, 4, 4]
-        assert all(g.frames for g in group)  # for Run.append_frames
+        group = await client.run_group({"key": "g", "turns": 2, "tokens": 5}, 3,
+                                       keep_frames=True)
+    assert [len(g.episode.traces[0].nodes) for g in group] == [4, 4, 4]
+    run = await Run.create(tmp_path / "r")
+    for g in group:
+        assert g.frames is not None
+        await run.append_frames(g.frames)  # what eval --backend ray does with them
+    await run.close()
+    with open_run(tmp_path / "r") as r:
+        assert [row.episode_id for row in r.rows()] == [g.episode.id for g in group]
+        for g in group:
+            assert_episode_equal(r.get(g.episode.id), g.episode)
