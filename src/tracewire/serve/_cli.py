@@ -52,8 +52,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="same as --backend inline (no process hop; only for runners "
                              "that yield often, e.g. the stand-in)")
     parser.add_argument("--ray-address", default=None,
-                        help="Ray cluster to join: 'auto' (the running cluster) or "
-                             "'ray://HOST:PORT' (default: start a local Ray instance)")
+                        help="Ray cluster to join: 'auto' (the running cluster), "
+                             "'ray://HOST:PORT' or 'local' (a new instance); default: this "
+                             "machine's instance, or a new one")
     parser.add_argument("--worker-cpus", type=float, default=1.0,
                         help="CPUs each Ray worker actor asks for (default %(default)s)")
     parser.add_argument("--worker-resources", default=None, metavar="JSON",

@@ -120,9 +120,10 @@ class RayPool(WorkerPool):
     """Starts workers as async Ray actors, spread over the cluster's nodes.
 
     ``address`` is given to ``ray.init`` when Ray is not initialised in this process yet
-    (``"auto"``: the running cluster; ``"ray://host:port"``: Ray Client; None: a local
-    instance). Each actor asks for ``num_cpus`` CPUs and ``resources`` (e.g.
-    ``{"env_node": 1}`` to keep workers on nodes that advertise it). With ``keep_actors``
+    (``"auto"``: the running cluster; ``"ray://host:port"``: Ray Client; ``"local"``: a new
+    instance; None: this machine's instance, or a new one). Each actor asks for
+    ``num_cpus`` CPUs and ``resources`` (e.g. ``{"env_node": 1}`` to keep workers on nodes
+    that advertise it). With ``keep_actors``
     the actors outlive a server that used the pool, for the next one (tests, repeated evals).
     """
 

@@ -31,7 +31,8 @@ def ray_instance() -> Iterator[Any]:
     only_loopback()
     import ray
 
-    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
+    # "local": a new instance, never one a crashed earlier run left registered.
+    ray.init(address="local", num_cpus=4, include_dashboard=False, log_to_driver=False)
     try:
         yield ray
     finally:
