@@ -9,6 +9,14 @@ the node metadata, which grows with the episode) and sends the new nodes' token 
 msgpack; the client validates each delta back into pydantic models.
 
     python bench/serve.py [--runs 5] [--episodes 400]
+
+With ``--backend ray`` it compares instead the Ray worker backend ("ours") with the local
+process backend ("baseline") in the same run: both `tracewire serve standin`, one worker
+each, the same client; also the time from a worker's death (SIGKILL of the actor's process,
+or of the worker process) to the client's ``WorkerDiedError``. Ray listens on every
+interface it sees, so this mode runs only inside a network namespace holding just ``lo``:
+
+    unshare --net -- sh -c 'ip link set lo up && exec python bench/serve.py --backend ray'
 """
 
 from __future__ import annotations
@@ -16,6 +24,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
+import os
+import signal
+import socket
 import statistics
 import subprocess
 import sys
@@ -31,6 +42,7 @@ from pydantic import BaseModel, Field
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _common import emit
+from tracewire import WorkerDiedError
 from tracewire.codec import record_bytes
 from tracewire.serve import EnvClient
 
@@ -155,8 +167,9 @@ class BaselineClient:
 
 
 # -- measurement -------------------------------------------------------------------------
-def _start(cmd: list[str]) -> tuple[subprocess.Popen[str], str]:
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+def _start(cmd: list[str], env: dict[str, str] | None = None
+           ) -> tuple[subprocess.Popen[str], str]:
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env=env)
     assert proc.stdout is not None
     line = proc.stdout.readline().strip()
     return proc, line.split()[-1]
@@ -234,6 +247,97 @@ async def main(runs: int, episodes: int, inline: bool, tune: bool) -> None:
             p.wait(timeout=30)
 
 
+def _only_loopback() -> None:
+    names = [name for _, name in socket.if_nameindex()]
+    if names != ["lo"]:
+        sys.exit(f"refusing to start Ray with interfaces {names}: run inside a network "
+                 "namespace holding only lo (see this script's docstring)")
+
+
+async def _wait_healthy(client: EnvClient) -> None:
+    await client.connect(timeout=300)
+    while not (await client.health())["healthy"]:
+        await asyncio.sleep(0.05)
+
+
+async def _death_ms(client: EnvClient) -> float:
+    """Kill the busy worker's process mid-episode; ms until the client hears of it."""
+    first = asyncio.Event()
+    run = asyncio.create_task(client.run({"turns": 4000, "tokens": 10, "delay": 0.01},
+                                         on_delta=lambda d, e: first.set()))
+    await asyncio.wait_for(first.wait(), 60)
+    (pid,) = [w["pid"] for w in (await client.stats())["workers"] if w["load"]]
+    t0 = time.perf_counter()
+    os.kill(pid, signal.SIGKILL)
+    try:
+        await asyncio.wait_for(run, 60)
+    except WorkerDiedError:
+        ms = (time.perf_counter() - t0) * 1e3
+    else:
+        raise AssertionError("the run survived its worker")
+    while (await client.health())["workers_live"] < 1:  # wait for the replacement
+        await asyncio.sleep(0.05)
+    return ms
+
+
+async def main_backends(runs: int, episodes: int) -> None:
+    _only_loopback()
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
+    ray_proc, ray_addr = _start([sys.executable, "-m", "tracewire", "serve", "standin",
+                                 "--address", "tcp://127.0.0.1:0", "--backend", "ray"], env)
+    proc_proc, proc_addr = _start([sys.executable, "-m", "tracewire", "serve", "standin",
+                                   "--address", "tcp://127.0.0.1:0"])
+    try:
+        ray_c, proc_c = EnvClient(ray_addr), EnvClient(proc_addr)
+        broker_c = EnvClient(proc_addr, direct=False)
+        for c in (ray_c, proc_c, broker_c):
+            await _wait_healthy(c)
+
+        async def one(client: EnvClient, task: dict[str, int]) -> Any:
+            res = await client.run(task)
+            for t in res.episode.traces:
+                t.tokens.arrays()
+            return res
+
+        big, small = {"turns": 1000, "tokens": TOKENS}, {"turns": 10, "tokens": TOKENS}
+        clients = {"ray": ray_c, "process": proc_c, "broker": broker_c}
+        for c in clients.values():
+            for _ in range(3):
+                await one(c, small)
+        # Interleaved (ray, process, broker path, ray, ...) so load from other processes on
+        # the machine falls on all three alike.
+        rt: dict[str, list[float]] = {k: [] for k in clients}
+        for _ in range(runs):
+            for name, c in clients.items():
+                ms, res = await _timed(lambda c=c: one(c, big), 1)
+                assert len(res.episode.traces[0].nodes) == 2000
+                rt[name].append(ms)
+        med = {k: statistics.median(v) for k, v in rt.items()}
+        emit("serve_ray", "turns_1000_vs_process", "round_trip_ms", "ms", med["ray"],
+             med["process"], "lower", runs)
+        emit("serve_ray", "turns_1000_vs_process_broker_path", "round_trip_ms", "ms",
+             med["ray"], med["broker"], "lower", runs)
+        tp: dict[str, list[float]] = {k: [] for k in clients}
+        for _ in range(3):
+            for name, c in clients.items():
+                tp[name].append(await _throughput(lambda c=c: one(c, small), episodes, 4))
+        eps = {k: statistics.median(v) for k, v in tp.items()}
+        emit("serve_ray", "ten_turn_episodes_4_inflight_vs_process", "episodes_per_s", "1/s",
+             eps["ray"], eps["process"], "higher", 3)
+        emit("serve_ray", "ten_turn_episodes_4_inflight_vs_process_broker_path",
+             "episodes_per_s", "1/s", eps["ray"], eps["broker"], "higher", 3)
+        ray_death = statistics.median([await _death_ms(ray_c) for _ in range(3)])
+        proc_death = statistics.median([await _death_ms(proc_c) for _ in range(3)])
+        emit("serve_ray", "worker_death_to_client_error", "ms", "ms", ray_death, proc_death,
+             "lower", 3)
+        for c in (ray_c, proc_c, broker_c):
+            await c.close()
+    finally:
+        for p in (ray_proc, proc_proc):
+            p.terminate()
+            p.wait(timeout=60)
+
+
 if __name__ == "__main__":
     # The client process freezes its start-up objects, as recommended for long-running
     # processes (docs/ARCHITECTURE.md) and done by tracewire's own (cli.main).
@@ -245,9 +349,13 @@ if __name__ == "__main__":
                     help="serve with workers inside the server process (tracewire serve --inline)")
     ap.add_argument("--untuned-client", action="store_true",
                     help="EnvClient(tune_memory=False): leave this process's allocator alone")
+    ap.add_argument("--backend", choices=["process", "ray"], default="process",
+                    help="ray: Ray backend vs process backend (inside a netns, see above)")
     ap.add_argument("--baseline-server", metavar="ADDRESS", default=None)
     a = ap.parse_args()
     if a.baseline_server:
         asyncio.run(baseline_server(a.baseline_server))
+    elif a.backend == "ray":
+        asyncio.run(main_backends(a.runs, a.episodes))
     else:
         asyncio.run(main(a.runs, a.episodes, a.inline, not a.untuned_client))

@@ -1,18 +1,23 @@
 """Env server: a ZMQ broker in front of worker processes that stream episodes turn by turn.
 
 ``EnvServer`` runs the broker and its workers; ``EnvClient`` asks for runs and assembles the
-streamed deltas; ``WorkerPool`` is the one interface a new worker backend implements. The
+streamed deltas; ``WorkerPool`` is the one interface a worker backend implements (local
+processes, inline tasks, or Ray actors via ``RayPool``); ``serve_env`` starts a server with
+a backend and yields a connected client. The
 wire protocol is described in :mod:`tracewire.serve._protocol`.
 """
 
 from ._broker import EnvServer
 from ._client import DEFAULT_TIMEOUT, EnvClient, OnDelta, RunResult
 from ._config import DEFAULT_ADDRESS, ServerConfig
+from ._open import BACKENDS, make_pool, serve_env
 from ._pool import InlinePool, LocalProcessPool, WorkerHandle, WorkerPool
 from ._protocol import PROTOCOL_VERSION
+from ._ray import RayPool
 from ._runner import Runner, RunnerFactory, load_factory, standin_factory, standin_runner
 
 __all__ = [
+    "BACKENDS",
     "DEFAULT_ADDRESS",
     "DEFAULT_TIMEOUT",
     "PROTOCOL_VERSION",
@@ -21,6 +26,7 @@ __all__ = [
     "InlinePool",
     "LocalProcessPool",
     "OnDelta",
+    "RayPool",
     "RunResult",
     "Runner",
     "RunnerFactory",
@@ -28,6 +34,9 @@ __all__ = [
     "WorkerHandle",
     "WorkerPool",
     "load_factory",
+    "make_pool",
+    "serve_env",
     "standin_factory",
     "standin_runner",
 ]
+

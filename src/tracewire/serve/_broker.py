@@ -23,12 +23,14 @@ import zmq
 
 from .._errors import BusyError, ProtocolError, RunTimeout, ServeError, WorkerDiedError
 from ..trace import SCHEMA_VERSION, new_id
-from ._config import DEFAULT_ADDRESS, ServerConfig
+from ._config import DEFAULT_ADDRESS, ServerConfig, WorkerConfig
 from ._direct import loopback_id, valid_data_address
 from ._io import Reader
+from ._liveness import ClientWatch
 from ._pool import LocalProcessPool, WorkerPool
 from ._protocol import (
     PROTOCOL_VERSION,
+    REQUESTS,
     JobKind,
     decode_envelope,
     encode_envelope,
@@ -64,10 +66,12 @@ class EnvServer:
         self._front: zmq.Socket[Any] | None = None
         self._back: zmq.Socket[Any] | None = None
         self._readers: list[Reader] = []
+        self._monitor: zmq.Socket[Any] | None = None
         self._tmpdir: str | None = None
         self.jobs: dict[int, Job] = {}
         self.queue: deque[Job] = deque()
         self.requests: dict[tuple[bytes, str], set[int]] = {}
+        self.clients = ClientWatch(self.config.client_timeout)
         self.inflight = 0
         self.stopping = False
         self.started_at = 0.0
@@ -76,7 +80,7 @@ class EnvServer:
         self._stopped = asyncio.Event()
         self.counters = {"runs": 0, "episodes_ok": 0, "episodes_failed": 0, "busy": 0,
                          "cancelled": 0, "timeouts": 0, "protocol_errors": 0,
-                         "bytes_forwarded": 0}
+                         "bytes_forwarded": 0, "clients_lost": 0, "workers_unresponsive": 0}
         self.workers = Workers(self, pool or LocalProcessPool())
         # Told to clients in `hello`, so they use the direct path only on a shared loopback.
         self._loopback = loopback_id() if self.workers.pool.same_host else None
@@ -85,6 +89,9 @@ class EnvServer:
     async def start(self) -> EnvServer:
         """Bind, start the minimum number of workers and begin serving."""
         cfg = self.config
+        # Joining a cluster blocks (Ray: seconds, once per process) and Ray wants the main
+        # thread; callers that mind the stall call ``pool.prepare()`` before their loop.
+        self.workers.pool.prepare()
         self._front = self._ctx.socket(zmq.ROUTER)
         self._front.setsockopt(zmq.LINGER, 1000)
         self._front.setsockopt(zmq.MAXMSGSIZE, cfg.max_request_bytes)
@@ -99,13 +106,20 @@ class EnvServer:
         self._back = self._ctx.socket(zmq.ROUTER)
         self._back.setsockopt(zmq.LINGER, 0)
         self._back.setsockopt(zmq.ROUTER_MANDATORY, 1)
+        pool = self.workers.pool
         endpoint = cfg.worker_endpoint
-        if endpoint is None:
+        if endpoint is None and pool.same_host:
             self._tmpdir = tempfile.mkdtemp(prefix="tw-serve-")
             endpoint = f"ipc://{self._tmpdir}/workers.sock"
-        self._back.bind(endpoint)
+        elif endpoint is None:
+            endpoint = "tcp://127.0.0.1:0"  # remote workers: loopback unless told otherwise
+        try:
+            self._back.bind(endpoint)
+        except zmq.ZMQError as exc:
+            self._front.close(0)
+            self._back.close(0)
+            raise ServeError(f"cannot bind the worker endpoint {endpoint}: {exc}") from exc
         self.worker_endpoint = str(self._back.getsockopt_string(zmq.LAST_ENDPOINT))
-        pool = self.workers.pool
         if pool.in_process:
             inproc = f"inproc://tracewire-workers-{id(self):x}"
             self._back.bind(inproc)
@@ -113,10 +127,14 @@ class EnvServer:
         self.started_at = time.time()
         self._front_io = Reader(self._front, self._on_front, "clients")
         self._back_io = Reader(self._back, self._on_worker, "workers")
-        self._readers = [self._front_io, self._back_io]
+        # A worker's connection closing (its process or node gone) is heard at once; the
+        # heartbeat timeout stays the backstop for peers that vanish without closing.
+        monitor = self._monitor = self._back.get_monitor_socket(zmq.EVENT_DISCONNECTED)
+        self._readers = [self._front_io, self._back_io,
+                         Reader(monitor, self._on_disconnect, "worker-monitor")]
         for r in self._readers:
             r.start()
-        self._tasks = [asyncio.create_task(self.workers.supervise(), name="serve-supervise")]
+        self._tasks = [asyncio.create_task(self._supervise(), name="serve-supervise")]
         self.workers.ensure()
         return self
 
@@ -161,6 +179,9 @@ class EnvServer:
         await asyncio.sleep(0.05)  # let the last answers leave the socket
         for r in self._readers:
             r.stop()
+        if self._monitor is not None and self._back is not None:
+            self._back.disable_monitor()
+            self._monitor.close(linger=0)
         for s in (self._front, self._back):
             if s is not None:
                 s.close(linger=1000)
@@ -190,6 +211,17 @@ class EnvServer:
             log.warning("cannot send to worker %s: %s", w.id, exc)
             return False
 
+    def reachable(self, w: WorkerState) -> bool:
+        """False when the connection to ``w`` is gone (its process or node died)."""
+        try:
+            self._back_io.send([w.id.encode(), encode_envelope("probe", "")])
+        except zmq.ZMQError as exc:
+            return exc.errno != zmq.EHOSTUNREACH  # a full queue is a slow worker, not a gone one
+        return True
+
+    def _on_disconnect(self, frames: list[Any]) -> None:
+        self.workers.probe()
+
     # -- jobs ------------------------------------------------------------------------------
     def fail_job(self, job: Job, exc: Exception) -> None:
         """Tell the client ``job`` failed (once) and stop it wherever it is."""
@@ -205,6 +237,9 @@ class EnvServer:
             w = self.workers.get(job.worker)
             if w is None or w.state == "dead" or not self.to_worker(w, "cancel", {"job": job.id}):
                 self.release(job)
+            elif job.kill_at is None:
+                # A worker that does not stop the episode is hung: it is killed then.
+                job.kill_at = time.monotonic() + self.config.cancel_grace
 
     def release(self, job: Job) -> None:
         """Forget a finished job and free its slot."""
@@ -255,39 +290,83 @@ class EnvServer:
             self.counters["busy"] += 1
             self.fail_job(job, BusyError(f"no free worker within {cfg.queue_timeout}s "
                                          f"({self.inflight} runs in flight)"))
+        lost = self.clients.lost(now) if len(self.clients) else set()
         for job in list(self.jobs.values()):
-            if job.open and job.deadline is not None and job.deadline < now:
+            if job.open and job.client in lost:
+                self.counters["clients_lost"] += 1
+                self.fail_job(job, ServeError("the client stopped sending heartbeats"))
+            elif job.open and job.deadline is not None and job.deadline < now:
                 self.counters["timeouts"] += 1
                 self.fail_job(job, RunTimeout(f"run exceeded the server's run timeout of "
                                               f"{cfg.run_timeout}s"))
+            elif job.kill_at is not None and job.kill_at < now and job.worker is not None:
+                w = self.workers.get(job.worker)
+                job.kill_at = None
+                if w is not None:
+                    self.counters["workers_unresponsive"] += 1
+                    self.workers.kill(w, f"did not stop a cancelled episode within "
+                                         f"{cfg.cancel_grace}s")
+        if len(self.clients):
+            self.clients.keep_only({j.client for j in self.jobs.values()})
 
-    def worker_died(self, w: WorkerState, status: int) -> None:
-        """Fail every job of a worker that exited; called within ms of its death."""
+    async def _supervise(self) -> None:
+        """Every 50 ms: job deadlines, then the worker manager's own checks."""
+        while True:
+            await asyncio.sleep(0.05)
+            now = time.monotonic()
+            self.expire(now)
+            self.workers.check(now)
+
+    # -- what the worker manager needs (the Broker protocol of _workers) --------------------
+    def waiting(self) -> int:
+        """Episodes queued for want of a free worker."""
+        return len(self.queue)
+
+    def worker_config(self, worker_id: str) -> WorkerConfig:
+        """The configuration a new worker called ``worker_id`` starts with."""
+        cfg = self.config
+        return WorkerConfig(endpoint=self.worker_endpoint, worker_id=worker_id, env=self.env,
+                            factory=self.factory, options=self.options,
+                            heartbeat_s=cfg.heartbeat_s, coalesce_s=cfg.coalesce_s)
+
+    def worker_ready(self, w: WorkerState) -> None:
+        """A worker takes work from now on: give it some."""
+        self.pump()
+
+    def worker_gone(self, w: WorkerState, status: int) -> None:
+        """Fail every job of a worker that exited (called within ms of its death noticed)."""
+        where = f"pid {w.pid}" if w.pid is not None else (w.where or "no pid")
         for jid in list(w.jobs):
             job = self.jobs.get(jid)
             if job is None:
                 continue
             self.fail_job(job, WorkerDiedError(
-                f"worker {w.id} (pid {w.pid}) exited with status {status} while running "
+                f"worker {w.id} ({where}) exited with status {status} while running "
                 f"this episode; it is being replaced"))
             self.release(job)
+        self.pump()
 
     # -- client requests -------------------------------------------------------------------
     def _on_front(self, frames: list[Any]) -> None:
-        self._on_request(frames[0].bytes, frames[1:])
+        client = frames[0].bytes
+        if len(self.clients):
+            self.clients.saw(client, time.monotonic())
+        self._on_request(client, frames[1:])
 
     def _on_request(self, client: bytes, frames: list[Any]) -> None:
         try:
             if len(frames) != 1:
                 raise ProtocolError(f"a request is one envelope frame, got {len(frames)}")
             env = decode_envelope(frames[0].buffer)
-            if env.kind not in ("hello", "run", "run_group", "cancel", "health", "stats"):
+            if env.kind not in REQUESTS:
                 raise ProtocolError(f"unknown request kind {env.kind!r}")
         except ProtocolError as exc:
             self.counters["protocol_errors"] += 1
             self.answer(client, "error", getattr(exc, "rid", ""), error_body(exc))
             return
         rid, body = env.rid, env.body
+        if env.kind == "hb":
+            return  # a sign of life, already noted; never answered
         if env.kind == "hello":
             self.answer(client, "reply", rid, {"proto": PROTOCOL_VERSION, "schema": SCHEMA_VERSION,
                                                "env": self.env, "loopback": self._loopback})
@@ -347,6 +426,8 @@ class EnvServer:
         if data is not None and self.workers.pool.same_host:
             job_body["data"] = data
         now = time.monotonic()
+        if "hb" in body:
+            self.clients.promise(client, body["hb"], now)
         ids = self.requests.setdefault((client, rid), set())
         for i in range(r):
             job = Job(id=self._next_job, client=client, rid=rid, index=i, body=job_body,
@@ -407,6 +488,7 @@ class EnvServer:
             "stopping": self.stopping,
             "last_worker_error": self.workers.last_error,
             "env": self.env,
+            "backend": self.workers.pool.name,
             "pid": os.getpid(),
         }
 

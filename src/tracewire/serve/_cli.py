@@ -11,10 +11,11 @@ from typing import Any
 
 import msgspec
 
+from .._errors import ServeError
 from .._memory import tune_allocator
 from ._broker import EnvServer
 from ._config import DEFAULT_ADDRESS, ServerConfig
-from ._pool import InlinePool
+from ._open import BACKENDS, make_pool
 
 __all__ = ["HELP", "configure", "run"]
 
@@ -43,9 +44,29 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="on shutdown, seconds to let in-flight runs finish (default 30)")
     parser.add_argument("--idle", type=float, default=d.idle_s,
                         help="stop a surplus worker idle this long (default %(default)s s)")
+    parser.add_argument("--backend", choices=BACKENDS, default="process",
+                        help="where workers run: local processes (default), tasks in the "
+                             "server process ('inline'), or Ray actors ('ray', needs the "
+                             "tracewire[ray] extra)")
     parser.add_argument("--inline", action="store_true",
-                        help="run workers as tasks in the server process (no process hop; "
-                             "only for runners that yield often, e.g. the stand-in)")
+                        help="same as --backend inline (no process hop; only for runners "
+                             "that yield often, e.g. the stand-in)")
+    parser.add_argument("--ray-address", default=None,
+                        help="Ray cluster to join: 'auto' (the running cluster), "
+                             "'ray://HOST:PORT' or 'local' (a new instance); default: this "
+                             "machine's instance, or a new one")
+    parser.add_argument("--worker-cpus", type=float, default=1.0,
+                        help="CPUs each Ray worker actor asks for (default %(default)s)")
+    parser.add_argument("--worker-resources", default=None, metavar="JSON",
+                        help='custom Ray resources per worker actor, e.g. \'{"env": 1}\'')
+    parser.add_argument("--worker-address", default=None,
+                        help="ZMQ address the server binds for its workers (default: a "
+                             "private ipc socket; with --backend ray tcp://127.0.0.1:0; "
+                             "workers on other nodes need e.g. tcp://0.0.0.0:5556)")
+    parser.add_argument("--heartbeat-timeout", type=float, default=None,
+                        help="seconds of worker silence before it is killed as hung "
+                             f"(default {d.heartbeat_timeout}; 2 with --backend ray, so a "
+                             "lost node's episodes fail fast)")
     parser.add_argument("--runner", default=None,
                         help="runner factory 'module:attribute' (default: by env)")
     parser.add_argument("--base-url", default=None,
@@ -69,13 +90,31 @@ def _options(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
+def _resources(text: str | None) -> dict[str, float] | None:
+    if text is None:
+        return None
+    try:
+        value = msgspec.json.decode(text, type=dict[str, float])
+    except msgspec.DecodeError as exc:
+        raise ValueError(f"--worker-resources is not a JSON object of numbers: {exc}") from exc
+    return value
+
+
 async def _serve(args: argparse.Namespace) -> int:
+    backend = "inline" if args.inline else args.backend
+    hb_timeout = args.heartbeat_timeout or (2.0 if backend == "ray" else
+                                            ServerConfig().heartbeat_timeout)
     cfg = ServerConfig(workers=args.workers, max_workers=args.max_workers,
                        max_inflight=args.max_inflight, max_queue=args.max_queue,
                        run_timeout=args.run_timeout, queue_timeout=args.queue_timeout,
-                       idle_s=args.idle)
+                       idle_s=args.idle, worker_endpoint=args.worker_address,
+                       heartbeat_timeout=hb_timeout)
+    pool = make_pool(backend, ray_address=args.ray_address, worker_cpus=args.worker_cpus,
+                     worker_resources=_resources(args.worker_resources))
+    # Before serving and on the main thread, where Ray wants to be initialised.
+    pool.prepare()
     server = EnvServer(args.env, address=args.address, config=cfg, factory=args.runner,
-                       options=_options(args), pool=InlinePool() if args.inline else None)
+                       options=_options(args), pool=pool)
     await server.start()
     print(f"serving {args.env} on {server.address}", flush=True)
     loop = asyncio.get_running_loop()
@@ -94,6 +133,6 @@ def run(args: argparse.Namespace) -> int:
     tune_allocator()  # this process exists to forward episodes
     try:
         return asyncio.run(_serve(args))
-    except (ValueError, OSError) as exc:
+    except (ValueError, OSError, ServeError) as exc:
         print(f"tracewire serve: {exc}", file=sys.stderr)
         return 2

@@ -44,6 +44,9 @@ log = logging.getLogger("tracewire.serve.client")
 #: Client-side deadline of one run or group (longer than the server's default run timeout,
 #: so the server's clearer error normally arrives first).
 DEFAULT_TIMEOUT = 900.0
+#: Seconds between a waiting client's heartbeats; the broker cancels the runs of a client
+#: silent for several of them (see ``_liveness``), so a killed client frees its workers.
+HEARTBEAT_S = 0.5
 #: Called on the receive loop with each applied delta and the episode assembled so far.
 OnDelta = Callable[[EpisodeDelta, Episode], object]
 
@@ -117,6 +120,7 @@ class EnvClient:
         self._data_address: str | None = None
         # Servers whose hello named this process's own loopback (see _direct).
         self._direct_ok: set[str] = set()
+        self._hb_task: asyncio.Task[None] | None = None
 
     # -- connection ------------------------------------------------------------------------
     def _ensure(self) -> None:
@@ -163,6 +167,9 @@ class EnvClient:
         """Fail pending requests, stop the receive loops and close the sockets."""
         for req in list(self._pending.values()):
             req.fail(ServeError("client closed"))
+        if self._hb_task is not None:
+            self._hb_task.cancel()
+            self._hb_task = None
         for r in self._readers.values():
             r.stop()
         for s in self._socks.values():
@@ -195,6 +202,22 @@ class EnvClient:
         with contextlib.suppress(zmq.ZMQError):
             self._readers[addr].send([encode_envelope(kind, rid, body, proto=self._protocol)])
 
+    def _heartbeats(self) -> None:
+        if self._hb_task is None or self._hb_task.done():
+            self._hb_task = asyncio.create_task(self._heartbeat(), name="envclient-hb")
+
+    async def _heartbeat(self) -> None:
+        # Runs while runs are pending; a lost beat (full queue) is fine, the next one comes.
+        while True:
+            await asyncio.sleep(HEARTBEAT_S)
+            servers = {r.server for r in self._pending.values()
+                       if r.kind in ("run", "run_group")}
+            if not servers:
+                return
+            for addr in servers:
+                if addr in self._readers:
+                    self._send_now(addr, "hb", "", {})
+
     async def _call(self, addr: str, kind: str, body: dict[str, Any], timeout: float,
                     req: _Request | None = None) -> Any:
         self._ensure()
@@ -202,6 +225,8 @@ class EnvClient:
         if req is None:
             req = _Request(new_id(), kind, addr, loop.create_future())
         self._pending[req.rid] = req
+        if kind in ("run", "run_group"):
+            self._heartbeats()
         deadline = asyncio.timeout(timeout)
         try:
             async with deadline:
@@ -238,7 +263,7 @@ class EnvClient:
         if req.rid in self._pending:
             raise ValueError(f"request id {req.rid!r} is already in use")
         body: dict[str, Any] = {"task": task, "stream": on_delta is not None or not keep_frames,
-                                "keep_frames": keep_frames}
+                                "keep_frames": keep_frames, "hb": HEARTBEAT_S}
         if self._data_address is not None and addr in self._direct_ok:
             body["data"] = self._data_address
         if kind == "run_group":

@@ -36,6 +36,12 @@ class ServerConfig(msgspec.Struct, kw_only=True):
     heartbeat_s: float = 0.25
     #: A worker silent for this long is considered hung and killed.
     heartbeat_timeout: float = 5.0
+    #: A worker that has not stopped a cancelled or timed-out episode this long after being
+    #: told is taken as hung and killed (its pool restarts it).
+    cancel_grace: float = 5.0
+    #: Least silence after which a client that promised heartbeats is taken as gone and
+    #: its runs are cancelled (see ``_liveness``).
+    client_timeout: float = 2.0
     #: A worker not ready after this long is killed (its factory may load a model).
     start_timeout: float = 120.0
     #: Largest request a client may send (the task rides in it).
@@ -57,7 +63,8 @@ class ServerConfig(msgspec.Struct, kw_only=True):
             self.max_queue = 4 * self.max_inflight
         if self.slots_per_worker is None:
             self.slots_per_worker = max(1, math.ceil(self.max_inflight / self.max_workers))
-        for name in ("run_timeout", "queue_timeout", "heartbeat_timeout", "start_timeout"):
+        for name in ("run_timeout", "queue_timeout", "heartbeat_timeout", "start_timeout",
+                     "cancel_grace", "client_timeout"):
             v = getattr(self, name)
             if not (v > 0 and math.isfinite(v)):
                 raise ValueError(f"{name} must be a positive finite number of seconds")

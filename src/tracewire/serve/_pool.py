@@ -3,8 +3,8 @@
 The broker asks a pool to start a worker that connects to the broker's worker endpoint and
 speaks the worker protocol; it learns a worker is alive from its ``ready`` and heartbeats,
 and that it is gone from :meth:`WorkerHandle.wait` (or missing heartbeats). Nothing else
-about the pool reaches the broker or any client, so another backend (e.g. actors on a
-cluster engine, connecting over TCP) only has to implement these two small classes.
+about the pool reaches the broker or any client, so another backend (e.g. the Ray actors of
+``_ray``, connecting over TCP) only has to implement these two small classes.
 """
 
 from __future__ import annotations
@@ -34,6 +34,8 @@ class WorkerHandle(abc.ABC):
 
     #: Operating-system process id, when the worker is a local process.
     pid: int | None = None
+    #: Where it runs, for errors and ``stats`` (e.g. an actor id and node), if not a pid.
+    where: str | None = None
 
     @abc.abstractmethod
     async def wait(self) -> int:
@@ -57,6 +59,15 @@ class WorkerPool(abc.ABC):
     #: Workers run on the broker's host, so they can reach a client's loopback data address
     #: (the direct path, see ``_direct``); a pool of remote workers sets this False.
     same_host: bool = True
+    #: The backend's name, for ``health`` and ``stats``.
+    name: str = "process"
+
+    def prepare(self) -> None:  # noqa: B027 (optional hook, default does nothing)
+        """Blocking set-up before serving (e.g. joining a cluster); idempotent.
+
+        The server calls it on start; call it before the event loop runs to keep that
+        stall off the loop.
+        """
 
     def attach(self, context: zmq.Context[Any], endpoint: str) -> None:  # noqa: B027
         """Receive the broker's ZMQ context and in-process endpoint (``in_process`` pools)."""
@@ -137,6 +148,7 @@ class InlinePool(WorkerPool):
     """
 
     in_process = True
+    name = "inline"
 
     def __init__(self) -> None:
         self.context: zmq.Context[Any] | None = None

@@ -4,7 +4,8 @@ Every message between client and broker is ``[envelope, *tracewire_frames]`` whe
 envelope is the msgpack array ``[proto, schema, kind, rid, body]``:
 
 - ``proto``: :data:`PROTOCOL_VERSION`; ``schema``: the trace schema version of the sender;
-- ``kind``: requests ``hello | run | run_group | cancel | health | stats``; answers
+- ``kind``: requests ``hello | run | run_group | cancel | health | stats | hb`` (``hb``:
+  a waiting client's sign of life, never answered, see ``_liveness``); answers
   ``delta | reply | error``;
 - ``rid``: the client's request id (a string), echoed on every answer;
 - ``body``: a small msgpack map (task, group index, cursors, error type and message ...).
@@ -18,14 +19,11 @@ client and server share a host, a run's deltas and reply skip the broker (``_dir
 
 from __future__ import annotations
 
-import asyncio
 import struct
 from enum import IntEnum
-from typing import Any, cast
+from typing import Any
 
 import msgspec
-import zmq
-import zmq.asyncio
 
 from .._errors import (
     BusyError,
@@ -55,12 +53,11 @@ __all__ = [
     "error_from_body",
     "job_frame",
     "parse_job_frame",
-    "send_now",
 ]
 
 #: Version of the envelope protocol; a peer speaking another one is refused with a clear error.
 PROTOCOL_VERSION = 1
-REQUESTS = frozenset({"hello", "run", "run_group", "cancel", "health", "stats"})
+REQUESTS = frozenset({"hello", "run", "run_group", "cancel", "health", "stats", "hb"})
 ANSWERS = frozenset({"delta", "reply", "error"})
 #: Upper bound on an envelope (the task rides in it); token data travels in other frames.
 MAX_ENVELOPE_BYTES = 4 << 20
@@ -174,15 +171,3 @@ def cursor_list(trace: Trace) -> list[int]:
     """A trace's cursor as the plain list the final reply carries."""
     c: Cursor = cursor_of(trace)
     return [c.nodes, c.tokens, c.calls, c.errors]
-
-
-def send_now(sock: zmq.asyncio.Socket, frames: list[Any], *, copy: bool = False) -> None:
-    """Send without waiting; raises ``zmq.ZMQError`` (``Again`` when the peer's queue is full).
-
-    An asyncio socket reports a non-blocking send's failure through the returned future,
-    which is already done when no other send is waiting; this surfaces it as an exception.
-    """
-    fut = cast("asyncio.Future[Any]", sock.send_multipart(frames, flags=zmq.NOBLOCK, copy=copy))
-    exc = fut.exception() if fut.done() else None
-    if exc is not None:
-        raise exc

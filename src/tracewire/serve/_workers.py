@@ -3,7 +3,12 @@
 A worker is ``starting`` until it says ``ready``, then ``ready`` (takes work), ``retiring``
 (told to stop because idle) and finally ``dead``. A death is noticed from the pool handle's
 ``wait()`` (milliseconds after the process exits) or from missing heartbeats (hung worker,
-killed); either way its in-flight jobs fail at once with ``WorkerDiedError``.
+killed), or at once from its connection closing (a remote worker's process or node gone);
+either way its in-flight jobs fail at once with ``WorkerDiedError``.
+
+The manager sees its broker only through :class:`Broker` (how much work waits, how to talk
+to a worker, what to do when one becomes ready or goes); queueing, dispatch and deadlines
+stay the broker's.
 """
 
 from __future__ import annotations
@@ -13,15 +18,12 @@ import contextlib
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from ._config import WorkerConfig
+from ._config import ServerConfig, WorkerConfig
 from ._pool import WorkerHandle, WorkerPool
 
-if TYPE_CHECKING:
-    from ._broker import EnvServer
-
-__all__ = ["Job", "WorkerState", "Workers"]
+__all__ = ["Broker", "Job", "WorkerState", "Workers"]
 
 log = logging.getLogger("tracewire.serve")
 
@@ -40,6 +42,8 @@ class Job:
     deadline: float | None = None
     #: False once the client got its final answer (reply or error); later output is dropped.
     open: bool = True
+    #: When a worker that was told to stop this job is taken as hung and killed.
+    kill_at: float | None = None
 
 
 @dataclass(eq=False)
@@ -50,6 +54,8 @@ class WorkerState:
     state: str = "starting"
     handle: WorkerHandle | None = None
     pid: int | None = None
+    #: Where the worker runs when it is not a local process (e.g. a Ray actor and its node).
+    where: str | None = None
     started: float = field(default_factory=time.monotonic)
     last_seen: float = field(default_factory=time.monotonic)
     idle_since: float = field(default_factory=time.monotonic)
@@ -58,14 +64,40 @@ class WorkerState:
 
     def row(self) -> dict[str, Any]:
         """A row for ``stats``."""
-        return {"id": self.id, "state": self.state, "pid": self.pid, "load": len(self.jobs),
+        return {"id": self.id, "state": self.state, "pid": self.pid, "where": self.where,
+                "load": len(self.jobs),
                 "done": self.done, "age_s": round(time.monotonic() - self.started, 3)}
+
+
+class Broker(Protocol):
+    """What :class:`Workers` needs from the broker it manages workers for."""
+
+    config: ServerConfig
+    stopping: bool
+
+    def waiting(self) -> int:
+        """Episodes queued for want of a free worker."""
+
+    def worker_config(self, worker_id: str) -> WorkerConfig:
+        """The configuration a new worker called ``worker_id`` starts with."""
+
+    def to_worker(self, w: WorkerState, kind: str, body: dict[str, Any], rid: str = "") -> bool:
+        """Send a control message to ``w``; False if it cannot take it."""
+
+    def worker_ready(self, w: WorkerState) -> None:
+        """``w`` takes work from now on."""
+
+    def reachable(self, w: WorkerState) -> bool:
+        """False when the connection to ``w`` is gone."""
+
+    def worker_gone(self, w: WorkerState, status: int) -> None:
+        """``w`` has exited (``status``): its in-flight episodes must fail."""
 
 
 class Workers:
     """Keeps between ``workers`` and ``max_workers`` workers alive for one broker."""
 
-    def __init__(self, server: EnvServer, pool: WorkerPool) -> None:
+    def __init__(self, server: Broker, pool: WorkerPool) -> None:
         self.server = server
         self.pool = pool
         self.all: dict[str, WorkerState] = {}
@@ -99,7 +131,7 @@ class Workers:
         assert cfg.slots_per_worker is not None and cfg.max_workers is not None
         ready = [w for w in alive if w.state == "ready"]
         saturated = bool(ready) and all(len(w.jobs) >= 0.9 * cfg.slots_per_worker for w in ready)
-        if not starting and (srv.queue or saturated):
+        if not starting and (srv.waiting() or saturated):
             want = max(want, len(alive) + 1)
         want = min(want, cfg.max_workers)
         for _ in range(want - len(alive)):
@@ -114,10 +146,7 @@ class Workers:
         t.add_done_callback(self._tasks.discard)
 
     async def _run(self, w: WorkerState) -> None:
-        srv = self.server
-        cfg = WorkerConfig(endpoint=srv.worker_endpoint, worker_id=w.id, env=srv.env,
-                           factory=srv.factory, options=srv.options,
-                           heartbeat_s=srv.config.heartbeat_s, coalesce_s=srv.config.coalesce_s)
+        cfg = self.server.worker_config(w.id)
         self.starts += 1
         try:
             w.handle = await self.pool.start(cfg)
@@ -126,6 +155,7 @@ class Workers:
             self._dead(w, None, f"cannot start worker: {exc}")
             return
         w.pid = w.handle.pid
+        w.where = w.handle.where
         status = await w.handle.wait()
         self._dead(w, status, None)
 
@@ -146,8 +176,7 @@ class Workers:
             if self._failures:
                 self._not_before = time.monotonic() + min(5.0, 0.1 * 2 ** (self._failures - 1))
             log.warning("%s", why)
-        self.server.worker_died(w, -1 if status is None else status)
-        self.server.pump()
+        self.server.worker_gone(w, -1 if status is None else status)
 
     def kill(self, w: WorkerState, reason: str) -> None:
         """Kill a worker that misbehaves; its death is then handled as any other."""
@@ -161,34 +190,36 @@ class Workers:
         if kind == "ready" and w.state == "starting":
             w.state = "ready"
             w.idle_since = time.monotonic()
-            self.server.pump()
+            self.server.worker_ready(w)
         elif kind == "fatal":
             self.last_error = (f"worker {w.id} failed to start: "
                                f"{body.get('type')}: {body.get('message')}")
 
-    async def supervise(self) -> None:
-        """Every 50 ms: timeouts, hung or slow-starting workers, scale up and down."""
+    def probe(self) -> None:
+        """Some worker's connection closed: kill (and so replace) the ready ones it was."""
+        for w in [w for w in self.all.values() if w.state == "ready"]:
+            if not self.server.reachable(w):
+                self.kill(w, "its connection to the server closed")
+
+    def check(self, now: float) -> None:
+        """Kill hung or slow-starting workers, retire a surplus idle one, keep the minimum."""
         srv, cfg = self.server, self.server.config
-        while True:
-            await asyncio.sleep(0.05)
-            now = time.monotonic()
-            srv.expire(now)
-            for w in list(self.all.values()):
-                if w.state == "ready" and now - w.last_seen > cfg.heartbeat_timeout:
-                    self.kill(w, f"no heartbeat for {cfg.heartbeat_timeout}s")
-                elif w.state == "starting" and now - w.started > cfg.start_timeout:
-                    self.kill(w, f"not ready after {cfg.start_timeout}s")
-            ready = [w for w in self.all.values() if w.state == "ready"]
-            idle = [w for w in ready if not w.jobs and now - w.idle_since > cfg.idle_s]
-            load = sum(len(w.jobs) for w in ready)
-            assert cfg.slots_per_worker is not None
-            # Retire only if the others would not be saturated (else we would start anew).
-            if (idle and not srv.queue and len(ready) > cfg.workers
-                    and load < 0.9 * cfg.slots_per_worker * (len(ready) - 1)):
-                w = idle[0]
-                w.state = "retiring"
-                srv.to_worker(w, "stop", {})
-            self.ensure()
+        for w in list(self.all.values()):
+            if w.state == "ready" and now - w.last_seen > cfg.heartbeat_timeout:
+                self.kill(w, f"no heartbeat for {cfg.heartbeat_timeout}s")
+            elif w.state == "starting" and now - w.started > cfg.start_timeout:
+                self.kill(w, f"not ready after {cfg.start_timeout}s")
+        ready = [w for w in self.all.values() if w.state == "ready"]
+        idle = [w for w in ready if not w.jobs and now - w.idle_since > cfg.idle_s]
+        load = sum(len(w.jobs) for w in ready)
+        assert cfg.slots_per_worker is not None
+        # Retire only if the others would not be saturated (else we would start anew).
+        if (idle and not srv.waiting() and len(ready) > cfg.workers
+                and load < 0.9 * cfg.slots_per_worker * (len(ready) - 1)):
+            w = idle[0]
+            w.state = "retiring"
+            srv.to_worker(w, "stop", {})
+        self.ensure()
 
     async def stop_all(self, timeout: float = 5.0) -> None:
         """Tell every worker to stop; kill those still running after ``timeout``."""
