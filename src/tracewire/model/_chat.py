@@ -16,6 +16,7 @@ from aiohttp import web
 
 from ._engine import Engine, Generation, TokenStep
 from ._protocol import (
+    MAX_MODEL_LEN,
     MAX_N,
     MAX_TOP_LOGPROBS,
     MODEL_NAME,
@@ -43,6 +44,7 @@ class Shared:
     template: ChatTemplate
     seed: int
     counter: int = 0
+    max_model_len: int = MAX_MODEL_LEN
 
     def next_request(self) -> int:
         self.counter += 1
@@ -77,6 +79,13 @@ def _body_size(messages: Any) -> int:
     return sum(len(str(m.get("content") or "")) for m in messages if isinstance(m, Mapping))
 
 
+def declared_names(tools: Any) -> tuple[str, ...] | None:
+    """Names of the request's tools (already validated by the template), or None."""
+    if not tools:
+        return None
+    return tuple(t["function"]["name"] for t in tools)
+
+
 def _sse(obj: Any) -> bytes:
     return b"data: " + orjson.dumps(obj) + b"\n\n"
 
@@ -102,12 +111,12 @@ async def chat_completions(request: web.Request, shared: Shared, body: Any) -> w
     prompt: list[int] = await maybe_thread(_body_size(messages),
                                            lambda: tpl.render(messages, tools or None))
     n = v.integer("n", 1, 1, MAX_N) or 1
-    params = v.sampling(len(prompt), default_max=1024)
+    params = v.sampling(len(prompt), default_max=1024, max_model_len=shared.max_model_len)
     want_lp = v.boolean("logprobs")
     top = v.integer("top_logprobs", 0, 0, MAX_TOP_LOGPROBS) or 0
     mode, prefix = tool_choice(v, e)
     params = replace(params, top_logprobs=top if want_lp else 0, tool_choice=mode, prefix=prefix,
-                     stop_in_calls=False)
+                     stop_in_calls=False, tool_names=declared_names(tools))
     force = v.extension().get("force")
     if force is not None:
         if not isinstance(force, Mapping) or not isinstance(force.get("text", ""), str):

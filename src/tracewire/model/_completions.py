@@ -77,7 +77,8 @@ async def completions(request: web.Request, shared: Shared, body: Any) -> web.St
         len(raw) if isinstance(raw, str) else 0, lambda: _prompt_ids(shared, raw))
     echo = v.boolean("echo")
     n = v.integer("n", 1, 1, MAX_N) or 1
-    params = v.sampling(len(prompt), default_max=16, allow_zero=echo)
+    params = v.sampling(len(prompt), default_max=16, allow_zero=echo,
+                        max_model_len=shared.max_model_len)
     want = v.integer("logprobs", None, 0, MAX_TOP_LOGPROBS)
     ext = v.extension()
     mode = ext.get("tool_choice", "auto")

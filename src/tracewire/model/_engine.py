@@ -42,6 +42,7 @@ class SamplingParams:
     prefix: tuple[int, ...] = ()  # ids forced before sampling starts (named tool_choice)
     forced: tuple[int, ...] | None = None  # the whole completion, forced (tests only)
     stop_in_calls: bool = True  # completions: stop strings see special-token spellings
+    tool_names: tuple[str, ...] | None = None  # declared tools (None: any name may be called)
 
 
 @dataclass
@@ -94,9 +95,19 @@ class Engine:
             q = kept / kept.sum()
         return q
 
-    def state_after(self, ids: Sequence[int], tool_choice: str = "auto") -> DecodeState:
+    def name_ids(self, tool_names: Sequence[str] | None) -> tuple[tuple[int, ...], ...] | None:
+        """Canonical ids of the non-empty ``tool_names`` (None when none constrain)."""
+        if tool_names is None:
+            return None
+        out = tuple(sorted({tuple(self.tok.encode(n)) for n in tool_names if n}))
+        return out or None
+
+    def state_after(
+        self, ids: Sequence[int], tool_choice: str = "auto",
+        tool_names: Sequence[str] | None = None,
+    ) -> DecodeState:
         """The decode state after ``ids``, replaying only from the last header or end-of-turn."""
-        st = DecodeState(tool_choice=tool_choice)
+        st = DecodeState(tool_choice=tool_choice, names=self.name_ids(tool_names))
         arr = np.asarray(ids, dtype=np.int64)
         hits = np.flatnonzero(np.isin(arr, self._anchor_ids))
         start = int(hits[-1]) if hits.size else 0
@@ -148,7 +159,7 @@ class Generation:
         self.e = engine
         self.p = params
         self.rng = rng
-        self.state = engine.state_after(prompt, params.tool_choice)
+        self.state = engine.state_after(prompt, params.tool_choice, params.tool_names)
         self.context: list[int] = [int(t) for t in prompt[-engine.model.max_order :]]
         self.tokens: list[int] = []
         self.finish_reason: str | None = None

@@ -16,7 +16,14 @@ from .._errors import ModelError
 from ._chat import Shared, chat_completions, maybe_thread
 from ._completions import completions
 from ._engine import get_engine
-from ._protocol import MAX_MODEL_LEN, MODEL_NAME, RequestError, Validated, error_body
+from ._protocol import (
+    MAX_MODEL_LEN,
+    MAX_MODEL_LEN_LIMIT,
+    MODEL_NAME,
+    RequestError,
+    Validated,
+    error_body,
+)
 from ._template import ChatTemplate
 
 __all__ = ["ModelServer", "ServerThread"]
@@ -84,9 +91,10 @@ def _bounded(fn: Callable[[web.Request, Shared, Any], Awaitable[web.StreamRespon
 
 
 async def _models(request: web.Request) -> web.Response:
+    max_len = request.app[_SHARED].max_model_len
     return web.json_response({"object": "list", "data": [{
         "id": MODEL_NAME, "object": "model", "created": 0, "owned_by": "tracewire",
-        "root": MODEL_NAME, "max_model_len": MAX_MODEL_LEN, "description": DESCRIPTION}]})
+        "root": MODEL_NAME, "max_model_len": max_len, "description": DESCRIPTION}]})
 
 
 async def _health(request: web.Request) -> web.Response:
@@ -108,7 +116,8 @@ async def _tokenize(request: web.Request, shared: Shared, body: Any) -> web.Stre
         ids = await maybe_thread(len(text), lambda: shared.engine.tok.encode_with_special(text))
     else:
         raise RequestError("give 'prompt' (a string) or 'messages' (a list)", "prompt")
-    return web.json_response({"tokens": ids, "count": len(ids), "max_model_len": MAX_MODEL_LEN})
+    return web.json_response({"tokens": ids, "count": len(ids),
+                              "max_model_len": shared.max_model_len})
 
 
 async def _detokenize(request: web.Request, shared: Shared, body: Any) -> web.StreamResponse:
@@ -141,10 +150,21 @@ def build_app(shared: Shared) -> web.Application:
 
 
 class ModelServer:
-    """The built-in OpenAI/vLLM-compatible model server; ``port=0`` picks a free port."""
+    """The built-in OpenAI/vLLM-compatible model server; ``port=0`` picks a free port.
 
-    def __init__(self, host: str = "127.0.0.1", port: int = 0, seed: int = 0) -> None:
+    ``max_model_len`` is the context (prompt + completion) in tokens; agents with long system
+    prompts need more than the default 8,192. The model only looks at the last 32 tokens, so
+    a longer context costs only the prompt's memory.
+    """
+
+    def __init__(self, host: str = "127.0.0.1", port: int = 0, seed: int = 0,
+                 max_model_len: int = MAX_MODEL_LEN) -> None:
+        if (isinstance(max_model_len, bool) or not isinstance(max_model_len, int)
+                or not 1 <= max_model_len <= MAX_MODEL_LEN_LIMIT):
+            raise ModelError(f"max_model_len must be an integer in 1..{MAX_MODEL_LEN_LIMIT}, "
+                             f"got {max_model_len!r}")
         self.host, self.port, self.seed = host, port, seed
+        self.max_model_len = max_model_len
         self._runner: web.AppRunner | None = None
 
     @property
@@ -157,7 +177,8 @@ class ModelServer:
     async def start(self) -> None:
         """Load the model (in a thread) and start listening."""
         engine = await asyncio.to_thread(get_engine)
-        shared = Shared(engine, ChatTemplate(engine.tok), self.seed)
+        shared = Shared(engine, ChatTemplate(engine.tok), self.seed,
+                        max_model_len=self.max_model_len)
         runner = web.AppRunner(build_app(shared), access_log=None, handle_signals=False)
         await runner.setup()
         site = web.TCPSite(runner, self.host, self.port)
@@ -185,9 +206,10 @@ class ModelServer:
         await self.stop()
 
     @classmethod
-    def run_in_thread(cls, host: str = "127.0.0.1", port: int = 0, seed: int = 0) -> ServerThread:
+    def run_in_thread(cls, host: str = "127.0.0.1", port: int = 0, seed: int = 0,
+                      max_model_len: int = MAX_MODEL_LEN) -> ServerThread:
         """Start a server on its own event loop in a daemon thread (for sync code and tests)."""
-        return ServerThread(cls(host, port, seed))
+        return ServerThread(cls(host, port, seed, max_model_len))
 
 
 class ServerThread:
