@@ -6,6 +6,7 @@ and vLLM's token-id fields. It is not a useful assistant. See ``src/tracewire/mo
 """
 
 from ._engine import Engine, SamplingParams, get_engine
+from ._policy import Policy
 from ._protocol import MAX_MODEL_LEN, MODEL_NAME
 from ._server import ModelServer, ServerThread
 from ._template import ChatTemplate, ParsedTurn
@@ -19,6 +20,7 @@ __all__ = [
     "Engine",
     "ModelServer",
     "ParsedTurn",
+    "Policy",
     "SamplingParams",
     "ServerThread",
     "Tokenizer",

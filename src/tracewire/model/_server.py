@@ -16,6 +16,7 @@ from .._errors import ModelError
 from ._chat import Shared, chat_completions, maybe_thread
 from ._completions import completions
 from ._engine import get_engine
+from ._policy import Policy
 from ._protocol import (
     MAX_MODEL_LEN,
     MAX_MODEL_LEN_LIMIT,
@@ -141,8 +142,9 @@ def build_app(shared: Shared) -> web.Application:
     app[_INFLIGHT] = [0]
     app.router.add_get("/health", _health)
     app.router.add_get("/v1/models", _models)
-    app.router.add_post("/v1/chat/completions", _bounded(chat_completions))
-    app.router.add_post("/v1/completions", _bounded(completions))
+    for root in ("/v1", "/policy/{version}/v1"):  # the latest weights, or a named version
+        app.router.add_post(f"{root}/chat/completions", _bounded(chat_completions))
+        app.router.add_post(f"{root}/completions", _bounded(completions))
     for prefix in ("", "/v1"):
         app.router.add_post(f"{prefix}/tokenize", _bounded(_tokenize))
         app.router.add_post(f"{prefix}/detokenize", _bounded(_detokenize))
@@ -166,6 +168,8 @@ class ModelServer:
         self.host, self.port, self.seed = host, port, seed
         self.max_model_len = max_model_len
         self._runner: web.AppRunner | None = None
+        self._shared: Shared | None = None
+        self._pending: list[Policy] = []
 
     @property
     def base_url(self) -> str:
@@ -179,6 +183,10 @@ class ModelServer:
         engine = await asyncio.to_thread(get_engine)
         shared = Shared(engine, ChatTemplate(engine.tok), self.seed,
                         max_model_len=self.max_model_len)
+        self._shared = shared
+        for policy in self._pending:
+            self._install(shared, policy)
+        self._pending.clear()
         runner = web.AppRunner(build_app(shared), access_log=None, handle_signals=False)
         await runner.setup()
         site = web.TCPSite(runner, self.host, self.port)
@@ -190,6 +198,40 @@ class ModelServer:
         addr = runner.addresses[0]
         self.port = int(addr[1])
         self._runner = runner
+
+    def url_for(self, version: int) -> str:
+        """Base URL whose requests sample with policy ``version`` (whatever is latest)."""
+        return f"{self.base_url.removesuffix('/v1')}/policy/{version}/v1"
+
+    def set_policy(self, policy: Policy) -> None:
+        """Serve ``policy`` as the latest weights (call on the server's loop).
+
+        Requests in flight keep the weights they started with; new requests on ``/v1`` get
+        these; older versions stay reachable under :meth:`url_for` until retired.
+        """
+        if self._shared is None:
+            self._pending.append(policy)
+        else:
+            self._install(self._shared, policy)
+
+    @staticmethod
+    def _install(shared: Shared, policy: Policy) -> None:
+        if policy.vocab_size != shared.engine.tok.vocab_size:
+            raise ModelError(f"policy covers {policy.vocab_size} ids, the vocabulary has "
+                             f"{shared.engine.tok.vocab_size}")
+        shared.policies[policy.version] = policy
+        if shared.latest is None or policy.version >= shared.latest:
+            shared.latest = policy.version
+
+    def retire_policy(self, version: int) -> None:
+        """Stop serving ``version`` by name (requests already running on it finish)."""
+        if self._shared is not None and version != self._shared.latest:
+            self._shared.policies.pop(version, None)
+
+    @property
+    def policy_versions(self) -> list[int]:
+        """Versions served by name, oldest first."""
+        return sorted(self._shared.policies) if self._shared is not None else []
 
     async def stop(self) -> None:
         """Stop listening and close open connections."""
@@ -244,6 +286,13 @@ class ServerThread:
     def base_url(self) -> str:
         """``http://HOST:PORT/v1``."""
         return self.server.base_url
+
+    def set_policy(self, policy: Policy, timeout: float = 10.0) -> None:
+        """:meth:`ModelServer.set_policy` on the server's own loop (thread-safe)."""
+        async def install() -> None:
+            self.server.set_policy(policy)
+
+        asyncio.run_coroutine_threadsafe(install(), self._loop).result(timeout)
 
     def stop(self, timeout: float = 10.0) -> None:
         """Stop the server and join its thread."""
