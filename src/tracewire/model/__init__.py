@@ -8,6 +8,7 @@ and vLLM's token-id fields. It is not a useful assistant. See ``src/tracewire/mo
 from ._engine import Engine, SamplingParams, get_engine
 from ._policy import Policy
 from ._protocol import MAX_MODEL_LEN, MODEL_NAME
+from ._rescore import Rescored, rescore
 from ._server import ModelServer, ServerThread
 from ._template import ChatTemplate, ParsedTurn
 from ._tokenizer import SPECIAL_TOKENS, Tokenizer, load_tokenizer
@@ -21,12 +22,14 @@ __all__ = [
     "ModelServer",
     "ParsedTurn",
     "Policy",
+    "Rescored",
     "SamplingParams",
     "ServerThread",
     "Tokenizer",
     "get_engine",
     "load_tokenizer",
     "render_chat",
+    "rescore",
 ]
 
 
