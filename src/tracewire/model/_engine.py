@@ -113,8 +113,9 @@ class Engine:
         top_p: float, policy: Policy,
     ) -> tuple[float, _F64]:
         """Reported log-probability of ``token`` under ``policy`` and its gradient with respect
-        to the scores (``(onehot - q) / T``; the weights' gradient is this, added to ``bias``
-        and to ``pair[context[-1]]``). A point mass (no choice) has gradient 0."""
+        to the scores (``(onehot - q) / T``; the weights' gradient is this, added to ``bias``,
+        to ``pair[context[-1]]`` and to each row of ``Policy.context_keys(context)``). A point
+        mass (no choice) has gradient 0."""
         q = self.distribution(context, st, temperature, top_p, policy)
         with np.errstate(divide="ignore"):
             lp = _clamp(float(np.log(q[token])))

@@ -1,23 +1,29 @@
 """A trainable parametrization of the built-in model: log-linear scores over its contexts.
 
 The score of next token ``j`` after a context ending in ``prev`` is
-``log p_ngram(j | context) + bias[j] + pair[prev, j]``; the distribution sampled from is
-that score restricted to the allowed tokens (the same constraints as the untrained model),
-divided by the temperature, softmax-normalized and cut to the ``top_p`` nucleus. Weights are
-immutable arrays, so a request keeps the version it started with while a new one is swapped
-in. :func:`logprob_grad` is the exact gradient of a sampled token's log-probability under
-that distribution (the nucleus is piecewise constant in the weights, so it is fixed).
+``log p_ngram(j | context) + bias[j] + pair[prev, j] + sum_k rows[(k, last k ids)][j]``.
+Context rows (orders in :data:`CONTEXT_ORDERS`) exist only for contexts that were trained
+on, so a version costs memory in proportion to what it learned. The distribution sampled
+from is that score restricted to the allowed tokens (the untrained model's constraints),
+divided by the temperature, softmax-normalized and cut to the ``top_p`` nucleus. Weights
+are immutable, so a request keeps the version it started with while a new one is swapped
+in. ``Engine.logprob_grad`` is the exact gradient of a sampled token's log-probability
+under that distribution (the nucleus is piecewise constant in the weights, so it is fixed).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["Policy", "nucleus", "softmax_scores"]
+__all__ = ["CONTEXT_ORDERS", "Policy", "nucleus", "softmax_scores"]
+
+#: Context lengths that get their own learned rows.
+CONTEXT_ORDERS = (2, 4, 8)
+ContextKey = tuple[int, tuple[int, ...]]
 
 _F64 = npt.NDArray[np.float64]
 _B = npt.NDArray[np.bool_]
@@ -30,17 +36,26 @@ def _frozen(a: _F64) -> _F64:
 
 @dataclass(frozen=True, eq=False)
 class Policy:
-    """One version of the trainable weights: ``bias[V]`` and ``pair[V, V]`` (read-only)."""
+    """One version of the trainable weights: ``bias[V]``, ``pair[V, V]`` and sparse context
+    ``rows`` (all read-only; a new version shares the rows it did not change)."""
 
     version: int
     bias: _F64
     pair: _F64
+    rows: Mapping[ContextKey, _F64] = field(default_factory=dict)
 
     @classmethod
     def zeros(cls, vocab_size: int, version: int = 0) -> Policy:
         """All-zero weights: exactly the untrained model's distribution (up to rounding)."""
         return cls(version, _frozen(np.zeros(vocab_size)),
-                   _frozen(np.zeros((vocab_size, vocab_size))))
+                   _frozen(np.zeros((vocab_size, vocab_size))), {})
+
+    @staticmethod
+    def context_keys(context: Sequence[int]) -> tuple[ContextKey, ...]:
+        """Keys of the context rows that apply after ``context``."""
+        n = len(context)
+        return tuple((k, tuple(int(t) for t in context[n - k :]))
+                     for k in CONTEXT_ORDERS if n >= k)
 
     @property
     def vocab_size(self) -> int:
@@ -52,11 +67,21 @@ class Policy:
         if not context:
             return self.bias
         out: _F64 = self.bias + self.pair[int(context[-1])]
+        if self.rows:
+            for key in self.context_keys(context):
+                row = self.rows.get(key)
+                if row is not None:
+                    out += row
         return out
 
-    def updated(self, d_bias: _F64, d_pair: _F64, version: int) -> Policy:
-        """A new version with ``d_bias``/``d_pair`` added (this one is left unchanged)."""
-        return Policy(version, _frozen(self.bias + d_bias), _frozen(self.pair + d_pair))
+    def updated(self, d_bias: _F64, d_pair: _F64, version: int,
+                d_rows: Mapping[ContextKey, _F64] | None = None) -> Policy:
+        """A new version with the deltas added (this one is left unchanged)."""
+        rows = dict(self.rows)
+        for key, d in (d_rows or {}).items():
+            old = rows.get(key)
+            rows[key] = _frozen(d.copy() if old is None else old + d)
+        return Policy(version, _frozen(self.bias + d_bias), _frozen(self.pair + d_pair), rows)
 
     def as_arrays(self) -> dict[str, _F64]:
         """The weights by name (e.g. for ``np.savez``)."""

@@ -16,7 +16,7 @@ import numpy.typing as npt
 
 from ._constraints import DecodeState
 from ._engine import Engine
-from ._policy import Policy
+from ._policy import ContextKey, Policy
 from ._template import ChatTemplate
 
 __all__ = ["Rescored", "rescore"]
@@ -34,6 +34,7 @@ class Rescored:
     prev: npt.NDArray[np.int64]  # previous token (-1 at position 0): the pair row it used
     logprobs: _F64
     grads: _F64 | None  # [positions, vocab]
+    keys: list[tuple[ContextKey, ...]]  # context rows each position used (with ``grad``)
 
 
 def rescore(
@@ -55,6 +56,7 @@ def rescore(
     pos: list[int] = []
     lps: list[float] = []
     gs: list[_F64] = []
+    keys: list[tuple[ContextKey, ...]] = []
     for i, t in enumerate(ids):
         if i >= prompt_len and mask[i]:
             ctx = ids[max(0, i - order) : i]
@@ -63,6 +65,7 @@ def rescore(
                     raise ValueError("a gradient needs a policy")
                 lp, g = engine.logprob_grad(ctx, st, t, temperature, top_p, policy)
                 gs.append(g)
+                keys.append(Policy.context_keys(ctx))
             else:
                 q = engine.distribution(ctx, st, temperature, top_p, policy)
                 with np.errstate(divide="ignore"):
@@ -74,4 +77,5 @@ def rescore(
     arr = np.array(ids, dtype=np.int64)
     prev = np.where(p > 0, arr[np.maximum(p - 1, 0)], -1) if p.size else p
     grads = (np.stack(gs) if gs else np.zeros((0, engine.tok.vocab_size))) if grad else None
-    return Rescored(p, arr[p] if p.size else p, prev, np.array(lps, dtype=np.float64), grads)
+    return Rescored(p, arr[p] if p.size else p, prev, np.array(lps, dtype=np.float64), grads,
+                    keys)

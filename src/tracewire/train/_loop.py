@@ -62,6 +62,7 @@ class TrainConfig:
     top_p: float = 1.0
     concurrency: int = 16
     seed: int = 0
+    n_tasks: int | None = None  # train on the first N tasks only (None: all)
 
 
 @dataclass
@@ -141,7 +142,7 @@ class _Trainer:
         self.current = self.policies[0]
         server.set_policy(self.current)
         self.proxies: dict[int, Proxy] = {}
-        self.tasks: list[Task] = list(env.take(None))
+        self.tasks: list[Task] = list(env.take(cfg.n_tasks))
         if not self.tasks:
             raise EnvError(f"environment {env.name!r} has no tasks")
         self.rng = np.random.default_rng(cfg.seed)
@@ -214,6 +215,7 @@ class _Trainer:
         adv = group_advantages(rewards, [g for _, _, g in batch.samples])
         v = eng.tok.vocab_size
         d_bias, d_pair = np.zeros(v), np.zeros((v, v))
+        d_rows: dict[Any, np.ndarray[Any, np.dtype[np.float64]]] = {}
         worst, kl_sum, n_tok, n_clip, ratio_max, dropped = 0.0, 0.0, 0, 0, 0.0, 0
         sampler = self.policies.get(batch.version)
         for (s, _, _), a in zip(batch.samples, adv, strict=True):
@@ -243,9 +245,18 @@ class _Trainer:
             d_bias += contrib.sum(axis=0)
             has_prev = now.prev >= 0
             np.add.at(d_pair, now.prev[has_prev], contrib[has_prev])
+            for j, keys in enumerate(now.keys):
+                for key in keys:
+                    row = d_rows.get(key)
+                    if row is None:
+                        d_rows[key] = contrib[j].copy()
+                    else:
+                        row += contrib[j]
         scale = cfg.lr / max(n_tok, 1)
-        norm = float(np.sqrt((d_bias ** 2).sum() + (d_pair ** 2).sum())) / max(n_tok, 1)
-        self.current = cur.updated(d_bias * scale, d_pair * scale, cur.version + 1)
+        norm = float(np.sqrt((d_bias ** 2).sum() + (d_pair ** 2).sum() + sum(
+            (r ** 2).sum() for r in d_rows.values()))) / max(n_tok, 1)
+        self.current = cur.updated(d_bias * scale, d_pair * scale, cur.version + 1,
+                                   {k: r * scale for k, r in d_rows.items() if r.any()})
         self.policies[self.current.version] = self.current
         groups: dict[str, list[float]] = {}
         for ep in batch.episodes:
