@@ -5,7 +5,7 @@ byte-level tokenizer, a documented chat template with tool calls, honest log-pro
 and vLLM's token-id fields. It is not a useful assistant. See ``src/tracewire/model/README.md``.
 """
 
-from ._engine import Engine, SamplingParams, get_engine
+from ._engine import Engine, Generation, SamplingParams, get_engine
 from ._policy import Policy
 from ._protocol import MAX_MODEL_LEN, MODEL_NAME
 from ._rescore import Rescored, rescore
@@ -19,6 +19,7 @@ __all__ = [
     "SPECIAL_TOKENS",
     "ChatTemplate",
     "Engine",
+    "Generation",
     "ModelServer",
     "ParsedTurn",
     "Policy",

@@ -37,6 +37,7 @@ from ._wiring import (
     Sample,
     Task,
     assemble,
+    close_http_client,
     decode_samples,
     encode_samples,
     get_engine,
@@ -307,6 +308,7 @@ async def train(
                 break
             while launched < cfg.steps and len(pending) <= cfg.max_staleness:
                 version = trainer.current.version
+                await trainer.proxy_for(version)  # here, so two batches never race to make it
                 pending.append((version, asyncio.create_task(trainer.rollouts(launched, version))))
                 launched += 1
             batch = await pending.popleft()[1]
@@ -328,6 +330,7 @@ async def train(
         await asyncio.gather(*(t for _, t in pending), return_exceptions=True)
         if trainer is not None:
             await trainer.retire(set())
+        await close_http_client()
         await server.stop()
         await run.close(status=status)
     assert trainer is not None

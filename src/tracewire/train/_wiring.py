@@ -7,6 +7,10 @@ names where the pieces live, so re-pointing an import is a one-line change here.
 from __future__ import annotations
 
 from ..env import Environment, Task, load_environment, run_rollout
+
+# not exported by tracewire.env yet (the lead may export it at merge): the rollouts' shared
+# HTTP client, closed when training ends as evaluate does
+from ..env._context import close_http_client
 from ..model import ChatTemplate, Engine, ModelServer, Policy, Rescored, get_engine, rescore
 from ..proxy import Proxy
 from ..samples import Sample, assemble, decode_samples, encode_samples
@@ -26,6 +30,7 @@ __all__ = [
     "Sample",
     "Task",
     "assemble",
+    "close_http_client",
     "decode_samples",
     "encode_samples",
     "get_engine",
