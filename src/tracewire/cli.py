@@ -20,6 +20,7 @@ COMMANDS: dict[str, str] = {
     "eval": "tracewire.env._cli_eval",
     "demo": "tracewire.env._cli_demo",
     "model": "tracewire.model._cli",
+    "train": "tracewire.train._cli",
     "proxy": "tracewire.proxy._cli",
     "serve": "tracewire.serve._cli",
     "view": "tracewire.view._cli",

@@ -56,7 +56,7 @@ class TrainConfig:
     steps: int = 20
     group_size: int = 8
     tasks_per_step: int = 4
-    lr: float = 2.0
+    lr: float = 10.0
     max_staleness: int = 0
     clip: float = 0.2
     temperature: float = 1.0
