@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tracewire.samples import Sample
 from tracewire.store import open_run
 from tracewire.train import TrainConfig, group_advantages, pg_coefficients, train
 
@@ -18,8 +19,14 @@ ENVS = ["arithmetic", "tools", "guess", "command"]
 @pytest.mark.parametrize("env", ENVS)
 async def test_on_policy_mismatch_is_exactly_zero(env: str, tmp_path: Path) -> None:
     cfg = TrainConfig(steps=2, group_size=3, tasks_per_step=2, lr=5.0, concurrency=6)
-    result = await train(env, cfg, out=tmp_path / "run")
+    seen: dict[int, list[Sample]] = {}
+    result = await train(env, cfg, out=tmp_path / "run",
+                         on_samples=lambda step, samples: seen.setdefault(step, samples))
     assert [s.step for s in result.steps] == [0, 1]
+    for step, samples in seen.items():
+        for smp in samples:  # the policy version travels in the payload's metadata
+            assert smp.metadata["policy_version"] == step == smp.metadata["step"]
+            assert smp.logprobs is not None and smp.loss_mask.any()
     for s in result.steps:
         assert s.tokens > 0 and s.samples >= 6 and s.dropped == 0
         assert s.mismatch_max == 0.0 and s.mismatch_kl == 0.0

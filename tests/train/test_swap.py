@@ -59,6 +59,7 @@ async def test_swap_during_inflight_requests_drops_none() -> None:
             model=MODEL_NAME, messages=MSGS, logprobs=True, max_tokens=50,  # type: ignore[arg-type]
             extra_body={"return_token_ids": True, "tracewire": {"force": {"text": LONG}}})
         pinned = openai.AsyncOpenAI(base_url=server.url_for(0), api_key="none")
+        assert [m.id for m in (await pinned.models.list()).data] == [MODEL_NAME]
         old = await pinned.chat.completions.create(
             model=MODEL_NAME, messages=MSGS, logprobs=True, max_tokens=50,  # type: ignore[arg-type]
             extra_body={"return_token_ids": True, "tracewire": {"force": {"text": LONG}}})

@@ -142,6 +142,7 @@ def build_app(shared: Shared) -> web.Application:
     app[_INFLIGHT] = [0]
     app.router.add_get("/health", _health)
     app.router.add_get("/v1/models", _models)
+    app.router.add_get("/policy/{version}/v1/models", _models)
     for root in ("/v1", "/policy/{version}/v1"):  # the latest weights, or a named version
         app.router.add_post(f"{root}/chat/completions", _bounded(chat_completions))
         app.router.add_post(f"{root}/completions", _bounded(completions))

@@ -277,11 +277,13 @@ class _Trainer:
 async def train(
     env: Environment | str, config: TrainConfig | None = None, *,
     out: str | Path | None = None, on_step: Callable[[StepSummary], None] | None = None,
+    on_samples: Callable[[int, list[Sample]], None] | None = None,
     stop: asyncio.Event | None = None,
 ) -> TrainResult:
     """Train the built-in model on ``env`` for ``config.steps`` steps; the episodes are stored
     in a run (``out``, default ``runs/train-<env>-<time>``) with ``info.step`` and
-    ``info.policy_version``, and the per-step summaries in its ``train_steps.jsonl``."""
+    ``info.policy_version``, and the per-step summaries in its ``train_steps.jsonl``.
+    ``on_samples(step, samples)`` sees each step's decoded samples before the update."""
     cfg = config or TrainConfig()
     if min(cfg.steps, cfg.group_size, cfg.tasks_per_step, cfg.concurrency) < 1 or \
             cfg.max_staleness < 0 or not cfg.lr > 0 or not 0 < cfg.temperature <= 2:
@@ -312,6 +314,8 @@ async def train(
                 pending.append((version, asyncio.create_task(trainer.rollouts(launched, version))))
                 launched += 1
             batch = await pending.popleft()[1]
+            if on_samples is not None:
+                on_samples(step, [smp for smp, _, _ in batch.samples])
             # rescoring and the gradient run in a thread: rollouts in flight keep going
             summary = await asyncio.to_thread(trainer.update, batch, step)
             server.set_policy(trainer.current)  # on the loop: the swap is one assignment
