@@ -49,6 +49,12 @@ def _model() -> Command:
     return _cli
 
 
+def _train() -> Command:
+    from .train import _cli
+
+    return _cli
+
+
 def _proxy() -> Command:
     from .proxy import _cli
 
@@ -84,6 +90,7 @@ COMMANDS: dict[str, Callable[[], Command]] = {
     "eval": _eval,
     "demo": _demo,
     "model": _model,
+    "train": _train,
     "proxy": _proxy,
     "serve": _serve,
     "view": _view,

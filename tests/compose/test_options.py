@@ -17,7 +17,6 @@ from tracewire.compose import BACKENDS, EvalResult, evaluate
 from tracewire.compose._cli_demo import eval_args
 from tracewire.compose._cli_eval import configure
 from tracewire.compose._upstream import model_server
-from tracewire.model import ModelServer
 
 
 def eval_parser() -> argparse.ArgumentParser:
@@ -61,10 +60,6 @@ def test_facade_evaluate_is_the_composition_roots() -> None:
     assert "run" in EvalResult.__dataclass_fields__
 
 
-@pytest.mark.skipif(
-    "max_model_len" not in inspect.signature(ModelServer).parameters,
-    reason="this build's ModelServer has no max_model_len option yet",
-)
 async def test_max_model_len_reaches_the_builtin_model() -> None:
     async with (
         model_server(None, None, None, max_model_len=1024) as (url, _model),

@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from ..env import Timeouts, load_environment, run_rollout
-from ..model import MODEL_NAME, ModelServer
+from ..model import MAX_MODEL_LEN, MODEL_NAME, ModelServer
 from ..proxy import Proxy
 from ..serve import Runner
 from ..trace import Episode
@@ -34,12 +34,11 @@ async def env_factory(env: str, options: dict[str, Any]) -> AsyncIterator[Runner
     async with contextlib.AsyncExitStack() as stack:
         base_url = options.get("base_url")
         if not base_url:
-            extra: dict[str, Any] = {}
-            if options.get("max_model_len") is not None:
-                extra["max_model_len"] = int(options["max_model_len"])
+            raw_len = options.get("max_model_len")
+            max_len = MAX_MODEL_LEN if raw_len is None else int(raw_len)
             # The built-in model samples on its own thread and loop, so its CPU work does
             # not stall the loop streaming episodes.
-            server = await asyncio.to_thread(ModelServer.run_in_thread, **extra)
+            server = await asyncio.to_thread(ModelServer.run_in_thread, max_model_len=max_len)
             stack.push_async_callback(asyncio.to_thread, server.stop)
             base_url = server.base_url
         proxy = Proxy(str(base_url))

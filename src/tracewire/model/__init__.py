@@ -5,8 +5,10 @@ byte-level tokenizer, a documented chat template with tool calls, honest log-pro
 and vLLM's token-id fields. It is not a useful assistant. See ``src/tracewire/model/README.md``.
 """
 
-from ._engine import Engine, SamplingParams, get_engine
+from ._engine import Engine, Generation, SamplingParams, get_engine
+from ._policy import Policy
 from ._protocol import MAX_MODEL_LEN, MODEL_NAME
+from ._rescore import Rescored, rescore
 from ._server import ModelServer, ServerThread
 from ._template import ChatTemplate, ParsedTurn
 from ._tokenizer import SPECIAL_TOKENS, Tokenizer, load_tokenizer
@@ -17,14 +19,18 @@ __all__ = [
     "SPECIAL_TOKENS",
     "ChatTemplate",
     "Engine",
+    "Generation",
     "ModelServer",
     "ParsedTurn",
+    "Policy",
+    "Rescored",
     "SamplingParams",
     "ServerThread",
     "Tokenizer",
     "get_engine",
     "load_tokenizer",
     "render_chat",
+    "rescore",
 ]
 
 

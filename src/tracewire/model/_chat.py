@@ -7,7 +7,7 @@ import codecs
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -15,7 +15,9 @@ import orjson
 from aiohttp import web
 
 from ._engine import Engine, Generation, TokenStep
+from ._policy import Policy
 from ._protocol import (
+    MAX_MODEL_LEN,
     MAX_N,
     MAX_TOP_LOGPROBS,
     MODEL_NAME,
@@ -43,10 +45,25 @@ class Shared:
     template: ChatTemplate
     seed: int
     counter: int = 0
+    max_model_len: int = MAX_MODEL_LEN
+    #: Trainable weights by version (empty: the untrained model); see ModelServer.set_policy.
+    policies: dict[int, Policy] = field(default_factory=dict)
+    latest: int | None = None
 
     def next_request(self) -> int:
         self.counter += 1
         return self.counter
+
+    def policy_for(self, request: web.Request) -> Policy | None:
+        """The weights a request samples with: the version its path names, else the latest."""
+        raw = request.match_info.get("version")
+        if raw is None:
+            return None if self.latest is None else self.policies[self.latest]
+        try:
+            return self.policies[int(raw)]
+        except (ValueError, KeyError):
+            raise RequestError(f"policy version {raw!r} is not served here", "model", 404,
+                               "policy_not_found", "not_found_error") from None
 
 
 async def drive(gen: Generation) -> AsyncIterator[TokenStep]:
@@ -77,6 +94,13 @@ def _body_size(messages: Any) -> int:
     return sum(len(str(m.get("content") or "")) for m in messages if isinstance(m, Mapping))
 
 
+def declared_names(tools: Any) -> tuple[str, ...] | None:
+    """Names of the request's tools (already validated by the template), or None."""
+    if not tools:
+        return None
+    return tuple(t["function"]["name"] for t in tools)
+
+
 def _sse(obj: Any) -> bytes:
     return b"data: " + orjson.dumps(obj) + b"\n\n"
 
@@ -102,12 +126,12 @@ async def chat_completions(request: web.Request, shared: Shared, body: Any) -> w
     prompt: list[int] = await maybe_thread(_body_size(messages),
                                            lambda: tpl.render(messages, tools or None))
     n = v.integer("n", 1, 1, MAX_N) or 1
-    params = v.sampling(len(prompt), default_max=1024)
+    params = v.sampling(len(prompt), default_max=1024, max_model_len=shared.max_model_len)
     want_lp = v.boolean("logprobs")
     top = v.integer("top_logprobs", 0, 0, MAX_TOP_LOGPROBS) or 0
     mode, prefix = tool_choice(v, e)
     params = replace(params, top_logprobs=top if want_lp else 0, tool_choice=mode, prefix=prefix,
-                     stop_in_calls=False)
+                     stop_in_calls=False, tool_names=declared_names(tools))
     force = v.extension().get("force")
     if force is not None:
         if not isinstance(force, Mapping) or not isinstance(force.get("text", ""), str):
@@ -125,7 +149,8 @@ async def chat_completions(request: web.Request, shared: Shared, body: Any) -> w
     usage_in_stream = bool(opts and opts.get("include_usage"))
     head = {"id": f"chatcmpl-{uuid.uuid4().hex}", "created": int(time.time()),
             "model": MODEL_NAME}
-    gens = [Generation(e, prompt, params, rng_for(shared, seed, i)) for i in range(n)]
+    policy = shared.policy_for(request)
+    gens = [Generation(e, prompt, params, rng_for(shared, seed, i), policy) for i in range(n)]
     if stream:
         return await _stream(request, shared, head, prompt, gens, want_lp, render, return_ids,
                              usage_in_stream)
@@ -151,7 +176,8 @@ async def chat_completions(request: web.Request, shared: Shared, body: Any) -> w
     out: dict[str, Any] = {**head, "object": "chat.completion", "choices": choices,
                            "usage": {"prompt_tokens": len(prompt), "completion_tokens": done,
                                      "total_tokens": len(prompt) + done},
-                           "tracewire": {"tool_choice": mode}}
+                           "tracewire": {"tool_choice": mode,
+                                         "policy_version": policy and policy.version}}
     if return_ids:
         out["prompt_token_ids"] = prompt
     return web.Response(body=orjson.dumps(out), content_type="application/json")

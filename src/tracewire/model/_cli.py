@@ -6,7 +6,7 @@ import argparse
 import asyncio
 import signal
 
-from ._protocol import MODEL_NAME
+from ._protocol import MAX_MODEL_LEN, MODEL_NAME
 from ._server import ModelServer
 
 __all__ = ["HELP", "configure", "run"]
@@ -21,10 +21,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--port", type=int, default=0, help="port (default 0: a free port)")
     parser.add_argument("--seed", type=int, default=0,
                         help="seed for requests that give none (default 0)")
+    parser.add_argument("--max-model-len", type=int, default=MAX_MODEL_LEN,
+                        help=f"context length in tokens, prompt + completion (default "
+                             f"{MAX_MODEL_LEN}); agents with long system prompts need more")
 
 
 async def _serve(args: argparse.Namespace) -> None:
-    server = ModelServer(args.host, args.port, args.seed)
+    server = ModelServer(args.host, args.port, args.seed, args.max_model_len)
     await server.start()
     print(server.base_url, flush=True)
     stop = asyncio.Event()

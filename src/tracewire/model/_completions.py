@@ -17,6 +17,7 @@ from .._errors import ModelError
 from ._chat import SLICE_S, Shared, _sse, drive, maybe_thread, rng_for
 from ._constraints import DecodeState
 from ._engine import Generation, TokenStep
+from ._policy import Policy
 from ._protocol import (
     MAX_N,
     MAX_TOP_LOGPROBS,
@@ -33,15 +34,16 @@ _MODES = ("auto", "none", "required")
 
 
 async def _score(shared: Shared, ids: list[int], temperature: float, top_p: float,
-                 top_k: int) -> list[TokenStep | None]:
+                 top_k: int, policy: Policy | None = None, tool_choice: str = "auto",
+                 tool_names: tuple[str, ...] | None = None) -> list[TokenStep | None]:
     """Prompt log-probabilities, computed in loop-friendly slices."""
     e = shared.engine
     out: list[TokenStep | None] = [None]
-    st = DecodeState()
+    st = DecodeState(tool_choice=tool_choice, names=e.name_ids(tool_names))
     e.cons.advance(st, ids[0])
     until = time.perf_counter() + SLICE_S
     for i in range(1, len(ids)):
-        out.append(e.score_one(ids, i, st, temperature, top_p, top_k))
+        out.append(e.score_one(ids, i, st, temperature, top_p, top_k, policy))
         e.cons.advance(st, ids[i])
         if time.perf_counter() > until:
             await asyncio.sleep(0)
@@ -77,13 +79,17 @@ async def completions(request: web.Request, shared: Shared, body: Any) -> web.St
         len(raw) if isinstance(raw, str) else 0, lambda: _prompt_ids(shared, raw))
     echo = v.boolean("echo")
     n = v.integer("n", 1, 1, MAX_N) or 1
-    params = v.sampling(len(prompt), default_max=16, allow_zero=echo)
+    params = v.sampling(len(prompt), default_max=16, allow_zero=echo,
+                        max_model_len=shared.max_model_len)
     want = v.integer("logprobs", None, 0, MAX_TOP_LOGPROBS)
     ext = v.extension()
     mode = ext.get("tool_choice", "auto")
     if mode not in _MODES:
         raise RequestError(f"tracewire.tool_choice must be one of {_MODES}", "tracewire")
-    params = replace(params, top_logprobs=want or 0, tool_choice=str(mode))
+    # the tools a rendered chat prompt declares constrain call names as they did in chat,
+    # so rescoring a chat turn here reproduces its logprobs
+    params = replace(params, top_logprobs=want or 0, tool_choice=str(mode),
+                     tool_names=shared.template.declared_tools(prompt))
     force = ext.get("force")
     if force is not None:
         if not isinstance(force, Mapping) or not isinstance(force.get("text"), str):
@@ -93,11 +99,13 @@ async def completions(request: web.Request, shared: Shared, body: Any) -> web.St
     return_ids = v.boolean("return_token_ids")
     seed = v.seed()
     head = {"id": f"cmpl-{uuid.uuid4().hex}", "created": int(time.time()), "model": MODEL_NAME}
+    policy = shared.policy_for(request)
     prompt_steps: list[TokenStep | None] = []
     if echo and want is not None:
-        prompt_steps = await _score(shared, prompt, params.temperature, params.top_p, want)
+        prompt_steps = await _score(shared, prompt, params.temperature, params.top_p, want,
+                                    policy, params.tool_choice, params.tool_names)
     prompt_text = e.tok.decode(prompt) if echo else ""
-    gens = [Generation(e, prompt, params, rng_for(shared, seed, i)) for i in range(n)]
+    gens = [Generation(e, prompt, params, rng_for(shared, seed, i), policy) for i in range(n)]
     if v.boolean("stream"):
         return await _stream(request, shared, head, prompt, prompt_text, prompt_steps, gens,
                              want, render, return_ids)

@@ -3,7 +3,9 @@
 Sampling is restricted to tokens that keep (1) the chat grammar (roles, tool-call blocks),
 (2) each text segment valid UTF-8 at every special token, and (3) the ids the canonical
 (greedy longest-match) tokenization of their own text. (3) is what makes a generated turn
-re-render to exactly the sampled ids. The restricted, renormalized distribution is the one
+re-render to exactly the sampled ids. (4) When the request declared tools, a tool call's
+name is one of their canonical id sequences (a trie walk), so the model cannot call a tool
+the request never offered. The restricted, renormalized distribution is the one
 sampled from and the one whose log-probabilities are reported.
 """
 
@@ -40,11 +42,15 @@ class DecodeState:
     hi: int = 0xBF
     # request-level tool_choice: "auto", "none", "required", or "one" (a single named call)
     tool_choice: str = "auto"
+    # canonical ids of the declared tool names (None: any name)
+    names: tuple[tuple[int, ...], ...] | None = None
+    name_ids: list[int] = field(default_factory=list)  # ids of the call name so far
 
     def copy(self) -> DecodeState:
         """An independent copy."""
         return DecodeState(self.role, self.after_eot, self.gstate, self.calls, self.seg_bytes,
-                           list(self.tail), self.need, self.lo, self.hi, self.tool_choice)
+                           list(self.tail), self.need, self.lo, self.hi, self.tool_choice,
+                           self.names, list(self.name_ids))
 
 
 class Constraints:
@@ -87,12 +93,15 @@ class Constraints:
             elif st.role == "assistant":
                 if t == self.call:
                     st.gstate = NAME
+                    st.name_ids.clear()
                 elif t == self.args:
                     st.gstate = ARGS
                 elif t == self.endcall:
                     st.gstate, st.calls = AFTER_CALL, st.calls + 1
             return
         data = self.tok.token_bytes(t)
+        if st.gstate == NAME and st.role == "assistant":
+            st.name_ids.append(t)
         st.seg_bytes += len(data)
         st.tail.append(t)
         if len(st.tail) > MAX_PIECE_BYTES:
@@ -119,6 +128,8 @@ class Constraints:
 
     def allowed(self, st: DecodeState) -> _B:
         """Boolean mask over the vocabulary of tokens allowed after ``st`` (do not mutate)."""
+        if st.names is not None and st.gstate == NAME and st.role == "assistant":
+            return self._name_mask(st.names, tuple(st.name_ids))
         if st.need:
             key: tuple[object, ...] = ("cont", st.lo, st.hi)
             mask = self._masks.get(key)
@@ -140,6 +151,24 @@ class Constraints:
                 mask[t] = True
             if len(self._masks) > 20000:
                 self._masks.clear()  # bound memory; entries are cheap to rebuild
+            self._masks[key] = mask
+        return mask
+
+    def _name_mask(self, names: tuple[tuple[int, ...], ...], so_far: tuple[int, ...]) -> _B:
+        """Next ids that keep the call name on a declared name's canonical ids (or end it)."""
+        key: tuple[object, ...] = ("name", names, so_far)
+        mask = self._masks.get(key)
+        if mask is None:
+            mask = np.zeros(self.tok.vocab_size, dtype=bool)
+            n = len(so_far)
+            for ids in names:
+                if ids[:n] == so_far:
+                    if len(ids) > n:
+                        mask[ids[n]] = True
+                    elif n:
+                        mask[self.args] = True
+            if len(self._masks) > 20000:
+                self._masks.clear()
             self._masks[key] = mask
         return mask
 

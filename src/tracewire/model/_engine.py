@@ -20,6 +20,7 @@ import numpy.typing as npt
 
 from ._constraints import Constraints, DecodeState
 from ._ngram import NgramModel, load_model
+from ._policy import Policy, nucleus, softmax_scores
 from ._tokenizer import Tokenizer, load_tokenizer
 
 __all__ = ["Engine", "Generation", "SamplingParams", "TokenStep", "get_engine"]
@@ -42,6 +43,7 @@ class SamplingParams:
     prefix: tuple[int, ...] = ()  # ids forced before sampling starts (named tool_choice)
     forced: tuple[int, ...] | None = None  # the whole completion, forced (tests only)
     stop_in_calls: bool = True  # completions: stop strings see special-token spellings
+    tool_names: tuple[str, ...] | None = None  # declared tools (None: any name may be called)
 
 
 @dataclass
@@ -70,33 +72,75 @@ class Engine:
     # -- distributions ----------------------------------------------------------------------
 
     def distribution(
-        self, context: Sequence[int], st: DecodeState, temperature: float, top_p: float
+        self, context: Sequence[int], st: DecodeState, temperature: float, top_p: float,
+        policy: Policy | None = None,
     ) -> _F64:
-        """The normalized distribution actually used for the token after ``context``."""
-        p = self.model.probs(context[-self.model.max_order :])
-        q = np.where(self.cons.allowed(st), p, 0.0)
-        if temperature > 0 and temperature != 1.0:
-            q = np.power(q, 1.0 / temperature)
-        total = q.sum()
-        if not total > 0 or not math.isfinite(total):
-            # extreme temperatures underflow/overflow: fall back to the argmax point mass
-            q = np.zeros_like(p)
-            q[int(np.argmax(np.where(self.cons.allowed(st), p, -1.0)))] = 1.0
-            return q
-        q /= total
+        """The normalized distribution actually used for the token after ``context``.
+
+        With a trainable ``policy`` the scores are log-linear (:mod:`._policy`); without
+        one, the n-gram's probabilities are used as they are.
+        """
+        ctx = context[-self.model.max_order :]
+        p = self.model.probs(ctx)
+        allowed = self.cons.allowed(st)
+        if policy is not None:
+            sq = softmax_scores(np.log(p) + policy.offset(ctx), allowed,
+                                temperature if temperature > 0 else 1.0)
+            if sq is None:
+                return self._point_mass(p, allowed)
+            q = sq
+        else:
+            q = np.where(allowed, p, 0.0)
+            if temperature > 0 and temperature != 1.0:
+                q = np.power(q, 1.0 / temperature)
+            total = q.sum()
+            if not total > 0 or not math.isfinite(total):
+                # extreme temperatures underflow/overflow: fall back to the argmax point mass
+                return self._point_mass(p, allowed)
+            q /= total
         if temperature > 0 and top_p < 1.0:
-            order = np.argsort(-q, kind="stable")
-            cs = np.cumsum(q[order])
-            cut = int(np.searchsorted(cs, top_p * cs[-1])) + 1
-            kept = np.zeros_like(q)
-            keep = order[:cut]
-            kept[keep] = q[keep]
-            q = kept / kept.sum()
+            q = nucleus(q, top_p)
         return q
 
-    def state_after(self, ids: Sequence[int], tool_choice: str = "auto") -> DecodeState:
+    @staticmethod
+    def _point_mass(p: _F64, allowed: npt.NDArray[np.bool_]) -> _F64:
+        q = np.zeros_like(p)
+        q[int(np.argmax(np.where(allowed, p, -1.0)))] = 1.0
+        return q
+
+    def logprob_grad(
+        self, context: Sequence[int], st: DecodeState, token: int, temperature: float,
+        top_p: float, policy: Policy,
+    ) -> tuple[float, _F64]:
+        """Reported log-probability of ``token`` under ``policy`` and its gradient with respect
+        to the scores (``(onehot - q) / T``; the weights' gradient is this, added to ``bias``,
+        to ``pair[context[-1]]`` and to each row of ``Policy.context_keys(context)``). A point
+        mass (no choice) has gradient 0."""
+        q = self.distribution(context, st, temperature, top_p, policy)
+        with np.errstate(divide="ignore"):
+            lp = _clamp(float(np.log(q[token])))
+        if q[token] >= 1.0 or q[token] <= 0.0:
+            return lp, np.zeros_like(q)
+        g = -q
+        g[token] += 1.0
+        t = temperature if temperature > 0 else 1.0
+        if t != 1.0:
+            g /= t
+        return lp, g
+
+    def name_ids(self, tool_names: Sequence[str] | None) -> tuple[tuple[int, ...], ...] | None:
+        """Canonical ids of the non-empty ``tool_names`` (None when none constrain)."""
+        if tool_names is None:
+            return None
+        out = tuple(sorted({tuple(self.tok.encode(n)) for n in tool_names if n}))
+        return out or None
+
+    def state_after(
+        self, ids: Sequence[int], tool_choice: str = "auto",
+        tool_names: Sequence[str] | None = None,
+    ) -> DecodeState:
         """The decode state after ``ids``, replaying only from the last header or end-of-turn."""
-        st = DecodeState(tool_choice=tool_choice)
+        st = DecodeState(tool_choice=tool_choice, names=self.name_ids(tool_names))
         arr = np.asarray(ids, dtype=np.int64)
         hits = np.flatnonzero(np.isin(arr, self._anchor_ids))
         start = int(hits[-1]) if hits.size else 0
@@ -114,7 +158,8 @@ class Engine:
             return [(int(i), _clamp(float(np.log(q[i])))) for i in idx]
 
     def score(
-        self, ids: Sequence[int], temperature: float, top_p: float, top_k: int = 0
+        self, ids: Sequence[int], temperature: float, top_p: float, top_k: int = 0,
+        policy: Policy | None = None,
     ) -> list[TokenStep | None]:
         """Reported log-probability of every id given the ones before it (first: None)."""
         out: list[TokenStep | None] = [None] if ids else []
@@ -122,16 +167,17 @@ class Engine:
         if ids:
             self.cons.advance(st, int(ids[0]))
         for i in range(1, len(ids)):
-            out.append(self.score_one(ids, i, st, temperature, top_p, top_k))
+            out.append(self.score_one(ids, i, st, temperature, top_p, top_k, policy))
             self.cons.advance(st, int(ids[i]))
         return out
 
     def score_one(
         self, ids: Sequence[int], i: int, st: DecodeState, temperature: float, top_p: float,
-        top_k: int,
+        top_k: int, policy: Policy | None = None,
     ) -> TokenStep:
         """Score ``ids[i]`` given ``ids[:i]`` whose state is ``st``."""
-        q = self.distribution(ids[max(0, i - self.model.max_order) : i], st, temperature, top_p)
+        q = self.distribution(ids[max(0, i - self.model.max_order) : i], st, temperature, top_p,
+                              policy)
         t = int(ids[i])
         with np.errstate(divide="ignore"):
             lp = _clamp(float(np.log(q[t])))
@@ -143,12 +189,13 @@ class Generation:
 
     def __init__(
         self, engine: Engine, prompt: Sequence[int], params: SamplingParams,
-        rng: np.random.Generator,
+        rng: np.random.Generator, policy: Policy | None = None,
     ) -> None:
         self.e = engine
         self.p = params
         self.rng = rng
-        self.state = engine.state_after(prompt, params.tool_choice)
+        self.policy = policy  # kept for the whole generation, even if a new one is swapped in
+        self.state = engine.state_after(prompt, params.tool_choice, params.tool_names)
         self.context: list[int] = [int(t) for t in prompt[-engine.model.max_order :]]
         self.tokens: list[int] = []
         self.finish_reason: str | None = None
@@ -176,14 +223,15 @@ class Generation:
                 self.finish_reason = "stop"
                 return None
             temp = p.temperature if p.temperature > 0 else 1.0
-            q = self.e.distribution(self.context, self.state, temp, 1.0)
+            q = self.e.distribution(self.context, self.state, temp, 1.0, self.policy)
             t = p.forced[n]
         elif n < len(p.prefix):
             q = np.zeros(self.e.tok.vocab_size)
             q[p.prefix[n]] = 1.0
             t = p.prefix[n]
         else:
-            q = self.e.distribution(self.context, self.state, p.temperature, p.top_p)
+            q = self.e.distribution(self.context, self.state, p.temperature, p.top_p,
+                                    self.policy)
             if p.temperature <= 0:
                 t = int(np.argmax(q))
             else:

@@ -9,12 +9,16 @@ from typing import Any
 from .._errors import ModelError
 from ._engine import Engine, SamplingParams, TokenStep
 
-__all__ = ["MAX_MODEL_LEN", "MODEL_NAME", "RequestError", "Validated", "error_body"]
+__all__ = [
+    "MAX_MODEL_LEN", "MAX_MODEL_LEN_LIMIT", "MODEL_NAME", "RequestError", "Validated", "error_body",
+]
 
 #: The one model this server serves.
 MODEL_NAME = "tracewire-tiny"
-#: Context length (prompt + completion) in tokens.
+#: Default context length (prompt + completion) in tokens; ``ModelServer(max_model_len=...)``.
 MAX_MODEL_LEN = 8192
+#: Largest context a server may be configured with (the request body bound caps it anyway).
+MAX_MODEL_LEN_LIMIT = 1 << 22
 MAX_N = 16
 MAX_TOP_LOGPROBS = 20
 MAX_STOPS = 8
@@ -105,13 +109,14 @@ class Validated:
         return v
 
     def sampling(
-        self, prompt_len: int, default_max: int, allow_zero: bool = False
+        self, prompt_len: int, default_max: int, allow_zero: bool = False,
+        max_model_len: int = MAX_MODEL_LEN,
     ) -> SamplingParams:
         """Common sampling fields; checks the context length like vLLM does."""
-        room = MAX_MODEL_LEN - prompt_len
+        room = max_model_len - prompt_len
         if room <= 0:
             raise RequestError(f"prompt is {prompt_len} tokens; this model's maximum context "
-                               f"length is {MAX_MODEL_LEN} tokens", "messages", 400,
+                               f"length is {max_model_len} tokens", "messages", 400,
                                "context_length_exceeded")
         name = "max_completion_tokens" if self.has("max_completion_tokens") else "max_tokens"
         max_tokens = self.integer(name, None, 0 if allow_zero else 1, 1 << 30)
@@ -120,7 +125,7 @@ class Validated:
         elif max_tokens > room:
             raise RequestError(f"'{name}' is {max_tokens} but only {room} tokens of context "
                                f"remain after the {prompt_len}-token prompt (maximum context "
-                               f"length {MAX_MODEL_LEN})", name, 400, "context_length_exceeded")
+                               f"length {max_model_len})", name, 400, "context_length_exceeded")
         return SamplingParams(
             temperature=self.number("temperature", 1.0, 0.0, 2.0),
             top_p=self.number("top_p", 1.0, 1e-9, 1.0),

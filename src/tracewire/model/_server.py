@@ -16,7 +16,15 @@ from .._errors import ModelError
 from ._chat import Shared, chat_completions, maybe_thread
 from ._completions import completions
 from ._engine import get_engine
-from ._protocol import MAX_MODEL_LEN, MODEL_NAME, RequestError, Validated, error_body
+from ._policy import Policy
+from ._protocol import (
+    MAX_MODEL_LEN,
+    MAX_MODEL_LEN_LIMIT,
+    MODEL_NAME,
+    RequestError,
+    Validated,
+    error_body,
+)
 from ._template import ChatTemplate
 
 __all__ = ["ModelServer", "ServerThread"]
@@ -84,9 +92,10 @@ def _bounded(fn: Callable[[web.Request, Shared, Any], Awaitable[web.StreamRespon
 
 
 async def _models(request: web.Request) -> web.Response:
+    max_len = request.app[_SHARED].max_model_len
     return web.json_response({"object": "list", "data": [{
         "id": MODEL_NAME, "object": "model", "created": 0, "owned_by": "tracewire",
-        "root": MODEL_NAME, "max_model_len": MAX_MODEL_LEN, "description": DESCRIPTION}]})
+        "root": MODEL_NAME, "max_model_len": max_len, "description": DESCRIPTION}]})
 
 
 async def _health(request: web.Request) -> web.Response:
@@ -108,7 +117,8 @@ async def _tokenize(request: web.Request, shared: Shared, body: Any) -> web.Stre
         ids = await maybe_thread(len(text), lambda: shared.engine.tok.encode_with_special(text))
     else:
         raise RequestError("give 'prompt' (a string) or 'messages' (a list)", "prompt")
-    return web.json_response({"tokens": ids, "count": len(ids), "max_model_len": MAX_MODEL_LEN})
+    return web.json_response({"tokens": ids, "count": len(ids),
+                              "max_model_len": shared.max_model_len})
 
 
 async def _detokenize(request: web.Request, shared: Shared, body: Any) -> web.StreamResponse:
@@ -132,8 +142,10 @@ def build_app(shared: Shared) -> web.Application:
     app[_INFLIGHT] = [0]
     app.router.add_get("/health", _health)
     app.router.add_get("/v1/models", _models)
-    app.router.add_post("/v1/chat/completions", _bounded(chat_completions))
-    app.router.add_post("/v1/completions", _bounded(completions))
+    app.router.add_get("/policy/{version}/v1/models", _models)
+    for root in ("/v1", "/policy/{version}/v1"):  # the latest weights, or a named version
+        app.router.add_post(f"{root}/chat/completions", _bounded(chat_completions))
+        app.router.add_post(f"{root}/completions", _bounded(completions))
     for prefix in ("", "/v1"):
         app.router.add_post(f"{prefix}/tokenize", _bounded(_tokenize))
         app.router.add_post(f"{prefix}/detokenize", _bounded(_detokenize))
@@ -141,11 +153,24 @@ def build_app(shared: Shared) -> web.Application:
 
 
 class ModelServer:
-    """The built-in OpenAI/vLLM-compatible model server; ``port=0`` picks a free port."""
+    """The built-in OpenAI/vLLM-compatible model server; ``port=0`` picks a free port.
 
-    def __init__(self, host: str = "127.0.0.1", port: int = 0, seed: int = 0) -> None:
+    ``max_model_len`` is the context (prompt + completion) in tokens; agents with long system
+    prompts need more than the default 8,192. The model only looks at the last 32 tokens, so
+    a longer context costs only the prompt's memory.
+    """
+
+    def __init__(self, host: str = "127.0.0.1", port: int = 0, seed: int = 0,
+                 max_model_len: int = MAX_MODEL_LEN) -> None:
+        if (isinstance(max_model_len, bool) or not isinstance(max_model_len, int)
+                or not 1 <= max_model_len <= MAX_MODEL_LEN_LIMIT):
+            raise ModelError(f"max_model_len must be an integer in 1..{MAX_MODEL_LEN_LIMIT}, "
+                             f"got {max_model_len!r}")
         self.host, self.port, self.seed = host, port, seed
+        self.max_model_len = max_model_len
         self._runner: web.AppRunner | None = None
+        self._shared: Shared | None = None
+        self._pending: list[Policy] = []
 
     @property
     def base_url(self) -> str:
@@ -157,7 +182,12 @@ class ModelServer:
     async def start(self) -> None:
         """Load the model (in a thread) and start listening."""
         engine = await asyncio.to_thread(get_engine)
-        shared = Shared(engine, ChatTemplate(engine.tok), self.seed)
+        shared = Shared(engine, ChatTemplate(engine.tok), self.seed,
+                        max_model_len=self.max_model_len)
+        self._shared = shared
+        for policy in self._pending:
+            self._install(shared, policy)
+        self._pending.clear()
         runner = web.AppRunner(build_app(shared), access_log=None, handle_signals=False)
         await runner.setup()
         site = web.TCPSite(runner, self.host, self.port)
@@ -169,6 +199,40 @@ class ModelServer:
         addr = runner.addresses[0]
         self.port = int(addr[1])
         self._runner = runner
+
+    def url_for(self, version: int) -> str:
+        """Base URL whose requests sample with policy ``version`` (whatever is latest)."""
+        return f"{self.base_url.removesuffix('/v1')}/policy/{version}/v1"
+
+    def set_policy(self, policy: Policy) -> None:
+        """Serve ``policy`` as the latest weights (call on the server's loop).
+
+        Requests in flight keep the weights they started with; new requests on ``/v1`` get
+        these; older versions stay reachable under :meth:`url_for` until retired.
+        """
+        if self._shared is None:
+            self._pending.append(policy)
+        else:
+            self._install(self._shared, policy)
+
+    @staticmethod
+    def _install(shared: Shared, policy: Policy) -> None:
+        if policy.vocab_size != shared.engine.tok.vocab_size:
+            raise ModelError(f"policy covers {policy.vocab_size} ids, the vocabulary has "
+                             f"{shared.engine.tok.vocab_size}")
+        shared.policies[policy.version] = policy
+        if shared.latest is None or policy.version >= shared.latest:
+            shared.latest = policy.version
+
+    def retire_policy(self, version: int) -> None:
+        """Stop serving ``version`` by name (requests already running on it finish)."""
+        if self._shared is not None and version != self._shared.latest:
+            self._shared.policies.pop(version, None)
+
+    @property
+    def policy_versions(self) -> list[int]:
+        """Versions served by name, oldest first."""
+        return sorted(self._shared.policies) if self._shared is not None else []
 
     async def stop(self) -> None:
         """Stop listening and close open connections."""
@@ -185,9 +249,10 @@ class ModelServer:
         await self.stop()
 
     @classmethod
-    def run_in_thread(cls, host: str = "127.0.0.1", port: int = 0, seed: int = 0) -> ServerThread:
+    def run_in_thread(cls, host: str = "127.0.0.1", port: int = 0, seed: int = 0,
+                      max_model_len: int = MAX_MODEL_LEN) -> ServerThread:
         """Start a server on its own event loop in a daemon thread (for sync code and tests)."""
-        return ServerThread(cls(host, port, seed))
+        return ServerThread(cls(host, port, seed, max_model_len))
 
 
 class ServerThread:
@@ -222,6 +287,13 @@ class ServerThread:
     def base_url(self) -> str:
         """``http://HOST:PORT/v1``."""
         return self.server.base_url
+
+    def set_policy(self, policy: Policy, timeout: float = 10.0) -> None:
+        """:meth:`ModelServer.set_policy` on the server's own loop (thread-safe)."""
+        async def install() -> None:
+            self.server.set_policy(policy)
+
+        asyncio.run_coroutine_threadsafe(install(), self._loop).result(timeout)
 
     def stop(self, timeout: float = 10.0) -> None:
         """Stop the server and join its thread."""

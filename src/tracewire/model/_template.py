@@ -147,6 +147,31 @@ class ChatTemplate:
             calls.append((fn["name"], args))
         return calls
 
+    def declared_tools(self, ids: Sequence[int]) -> tuple[str, ...] | None:
+        """Names of the tools a rendered prompt declares (its first system turn's ``# Tools``
+        block), or None when it declares none; what a trainer needs to rebuild the
+        constraints a turn was sampled under from token ids alone."""
+        try:
+            start = list(ids).index(self.header["system"]) + 1
+            end = list(ids).index(self.eot, start)
+        except ValueError:
+            return None
+        text = b"".join(self.tok.token_bytes(int(t)) for t in ids[start:end]).decode(
+            "utf-8", "replace")
+        at = text.rfind("# Tools\n")
+        if at < 0 or (at and not text[:at].endswith("\n\n")):
+            return None
+        names: list[str] = []
+        for line in text[at + len("# Tools\n"):].split("\n"):
+            try:
+                fn = json.loads(line)
+            except ValueError:
+                return None
+            if not isinstance(fn, Mapping) or not isinstance(fn.get("name"), str):
+                return None
+            names.append(fn["name"])
+        return tuple(names) or None
+
     def parse(self, ids: Sequence[int]) -> ParsedTurn:
         """Split generated ids (after ``<|assistant|>``) into text and tool calls.
 

@@ -12,9 +12,6 @@ from collections.abc import Iterable, Sequence
 from importlib import resources
 from typing import Any
 
-import numpy as np
-import numpy.typing as npt
-
 from .._errors import ModelError
 
 __all__ = ["SPECIAL_TOKENS", "Tokenizer", "load_tokenizer"]
@@ -145,10 +142,6 @@ class Tokenizer:
         for t in ids:
             if not 0 <= int(t) < self.vocab_size:
                 raise ModelError(f"token id {t} outside the vocabulary (0..{self.vocab_size - 1})")
-
-    def piece_array(self) -> npt.NDArray[np.int64]:
-        """Byte length of every token (specials count their spelling)."""
-        return np.array([len(b) for b in self._token_bytes], dtype=np.int64)
 
     def to_json(self) -> str:
         """Serialized form (the multi-byte pieces; bytes and specials are implied)."""
