@@ -9,5 +9,23 @@ the session's :class:`~tracewire.trace.Trace` as described in docs/CONTRACTS.md.
 from ._config import ProxyConfig, RequestHook, ResponseHook
 from ._server import Proxy
 from ._session import Session, SessionRegistry
+from ._upstream_api import StreamChunk, Upstream, UpstreamReply, UpstreamRequest
+from ._upstream_http import HttpUpstream
+from ._upstream_mock import MockCall, MockResponse, MockUpstream
 
-__all__ = ["Proxy", "ProxyConfig", "RequestHook", "ResponseHook", "Session", "SessionRegistry"]
+__all__ = [
+    "HttpUpstream",
+    "MockCall",
+    "MockResponse",
+    "MockUpstream",
+    "Proxy",
+    "ProxyConfig",
+    "RequestHook",
+    "ResponseHook",
+    "Session",
+    "SessionRegistry",
+    "StreamChunk",
+    "Upstream",
+    "UpstreamReply",
+    "UpstreamRequest",
+]

@@ -1,0 +1,128 @@
+"""The proxy's upstream seam: what the turn pipeline asks of the model server behind it.
+
+The proxy speaks OpenAI chat completions to its upstream, with vLLM's token fields: the
+request is a chat-completions JSON body (``messages``, ``tools``, sampling keys, plus the
+configured token fields such as ``return_token_ids``/``logprobs``), and the answer is a chat
+completion (or its ``chat.completion.chunk`` stream) whose token ids sit where vLLM puts
+them: ``prompt_token_ids`` at the top level, ``choices[i].token_ids`` and
+``choices[i].logprobs.content[j].logprob``. An :class:`Upstream` owns everything about
+reaching such a server (client session, base URL, headers, error parsing, offloading big
+bodies to a thread); :class:`~tracewire.proxy.Proxy` takes one or a URL string (which
+becomes an :class:`~tracewire.proxy.HttpUpstream`). An implementation that is not an HTTP
+pass-through (token-in/token-out over an engine, a mock) answers in the same shape.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from abc import ABC, abstractmethod
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import orjson
+
+from ._rawjson import RawSpan
+
+__all__ = ["StreamChunk", "Upstream", "UpstreamReply", "UpstreamRequest"]
+
+T = TypeVar("T")
+
+
+@dataclass(slots=True)
+class UpstreamRequest:
+    """One chat-completions call the proxy makes for a harness turn.
+
+    ``payload`` is the exact JSON body an OpenAI-compatible server gets (token fields
+    included; ``stream`` inside it matches :attr:`stream`). ``split`` says the caller can
+    take the prompt ids unparsed (no response hook needs the whole dict): an implementation
+    may then answer with :attr:`UpstreamReply.span` set.
+    """
+
+    payload: bytes
+    stream: bool = False
+    split: bool = True
+
+    def body(self) -> dict[str, Any]:
+        """The payload decoded (for implementations that do not forward bytes)."""
+        d = orjson.loads(self.payload)
+        if not isinstance(d, dict):
+            raise ValueError("upstream payload is not a JSON object")
+        return d
+
+
+@dataclass(slots=True)
+class UpstreamReply:
+    """A non-streamed answer: a chat-completion dict in vLLM's token-field shape.
+
+    ``raw`` is the body exactly as received when ``data`` was parsed from it (the chat
+    pass-through may relay it unchanged); None when the implementation built ``data``
+    itself. ``span`` is set only when the request allowed ``split``: then the prompt ids
+    field of ``data`` holds :data:`tracewire.proxy._rawjson.SENTINEL` and ``span`` is
+    where the ids array lies inside ``raw`` (the pipeline reads it lazily).
+    """
+
+    data: dict[str, Any]
+    raw: bytes | None = None
+    span: RawSpan | None = None
+
+
+@dataclass(slots=True)
+class StreamChunk:
+    """One ``chat.completion.chunk`` of a streamed answer.
+
+    ``line`` is the SSE ``data:`` line as received (``b"data: {...}"``, no line end; an
+    implementation that builds chunks renders one), ``data`` is its JSON object, and
+    ``span`` is set as in :class:`UpstreamReply` when the chunk carries the prompt ids
+    unparsed. The terminal ``[DONE]`` is not a chunk: the iterator just ends.
+    """
+
+    line: bytes
+    data: dict[str, Any]
+    span: RawSpan | None = None
+
+
+class Upstream(ABC):
+    """The model server behind the proxy. Failures raise
+    :class:`~tracewire.UpstreamError` with ``status`` (the upstream's HTTP status for a
+    4xx it gave, else 502) and a message fit for the harness (the upstream's own message
+    when it gave one)."""
+
+    #: Bodies above this size are parsed in a worker thread (see :meth:`offload`).
+    thread_threshold_bytes: int = 256 * 1024
+
+    async def start(self) -> None:  # noqa: B027 - optional hook, default does nothing
+        """Open connections (called once by ``Proxy.start``)."""
+
+    async def close(self) -> None:  # noqa: B027 - optional hook, default does nothing
+        """Release connections (called once by ``Proxy.stop``)."""
+
+    @abstractmethod
+    async def chat(self, request: UpstreamRequest) -> UpstreamReply:
+        """Make one non-streamed call; returns the whole answer (``data`` must hold a
+        ``choices`` list) or raises ``UpstreamError``."""
+
+    @abstractmethod
+    def stream_chat(self, request: UpstreamRequest) -> AsyncIterator[StreamChunk]:
+        """Make one streamed call: an async iterator of its chunks, in order, ending after
+        the last one (the ``[DONE]`` marker is consumed, not yielded). Raises
+        ``UpstreamError`` from the first ``__anext__`` when the call is refused, and from a
+        later one when the stream breaks (an in-stream ``error`` object, malformed JSON, a
+        dropped connection). The caller may stop iterating early; implementations release
+        the call when the iterator is closed (``aclose``) or garbage collected."""
+
+    @abstractmethod
+    async def models(self) -> bytes:
+        """The upstream's ``GET /models`` answer, as the JSON bytes to relay."""
+
+    @abstractmethod
+    async def count_tokens(self, body: dict[str, Any]) -> int:
+        """Prompt tokens of a chat-completions request dict (``messages``, ``tools``,
+        ``model``), as the upstream's chat template renders them."""
+
+    async def offload(self, size: int, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(*args)``, in a worker thread when ``size`` (bytes) is over
+        :attr:`thread_threshold_bytes`, so big bodies never stall the event loop."""
+        if size > self.thread_threshold_bytes:
+            return await asyncio.to_thread(fn, *args)
+        return fn(*args)
