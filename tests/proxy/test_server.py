@@ -79,7 +79,14 @@ async def test_bad_input_is_dialect_correct(proxy: Proxy) -> None:
     async with aiohttp.ClientSession() as c, c.get(proxy.url + "/v1/messages/nope",
                                                    headers={"anthropic-version": "1"}) as r:
         assert r.status == 404 and (await r.json())["type"] == "error"
-    assert len(s.trace.calls) == 0 and len(s.trace.nodes) == 0
+    # Each refused turn request is a failed call with its error; nothing else is recorded
+    # (the 404s never reached a turn endpoint).
+    assert len(s.trace.nodes) == 0
+    assert len(s.trace.calls) == 11 and len(s.trace.errors) == 11
+    assert all(c.error and c.node is None and c.finish_reason == "error"
+               for c in s.trace.calls)
+    assert "role" in (s.trace.calls[9].error or "")
+    assert [c.endpoint for c in s.trace.calls[:3]] == ["chat"] * 3
     st, d = await _post(chat, {"messages": MSGS}, h)
     assert st == 200  # still serving
 

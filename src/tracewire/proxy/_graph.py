@@ -12,7 +12,6 @@ the matched path" check a single array comparison instead of a walk to the root.
 from __future__ import annotations
 
 import hashlib
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -369,18 +368,15 @@ class TurnGraph:
         trace.notify()
         return nodes
 
-    def fail(self, call: Call, error: str) -> None:
-        """Record a failed call (no node) and an error; nothing else is appended."""
+    def fail(self, call: Call, error: str, prompt_node: int | None = None) -> None:
+        """Record a failed call (no completion node) made from ``prompt_node`` (the deepest
+        node its request matched, None when unknown) and an error; nothing else is
+        appended."""
         self.trace.add_call(
             Call(model=call.model, endpoint=call.endpoint, sampling=call.sampling,
-                 span=call.span, error=error, hooks=call.hooks, finish_reason="error")
+                 span=call.span, error=error, hooks=call.hooks, finish_reason="error",
+                 prompt_node=prompt_node)
         )
         self.trace.add_error("proxy", error, phase="agent")
         self.trace.pending = []
         self.trace.notify()
-
-
-def now_span_end(call: Call) -> None:
-    """Close a call's span at the current time."""
-    if call.span is not None:
-        call.span.end = time.time()

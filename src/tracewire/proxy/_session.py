@@ -49,6 +49,9 @@ class Session:
         self.turns = 0
         self.last_total_tokens = 0
         self.graph = TurnGraph(self.trace)
+        #: Tool-call id -> the exact arguments text the model produced, so dialects that
+        #: echo tool calls back as objects can send the sampled text upstream again.
+        self.tool_args: dict[str, str] = {}
         self._proxy_url = proxy_url
         # Recently committed answers by retry key, so SDK retries do not commit twice.
         self._answers: OrderedDict[str, Any] = OrderedDict()
@@ -73,6 +76,14 @@ class Session:
     def touch(self) -> None:
         """Mark the session used now."""
         self.last_used = time.time()
+
+    def limit_reached(self) -> str | None:
+        """``"max_turns"``/``"max_tokens"`` when the session is at that bound, else None."""
+        if self.max_turns is not None and self.turns >= self.max_turns:
+            return "max_turns"
+        if self.max_tokens is not None and self.last_total_tokens >= self.max_tokens:
+            return "max_tokens"
+        return None
 
     def remember(self, key: str, answer: Any) -> None:
         """Keep a committed answer for retries of the same request (a few per session)."""
