@@ -58,7 +58,7 @@ _LAZY: dict[str, str] = {
     "LoopLagProbe": "tracewire.store",
     "ModelServer": "tracewire.model",
     "Proxy": "tracewire.proxy",
-    "SessionClient": "tracewire.samples",
+    "SessionClient": "tracewire.sessions",
     "Environment": "tracewire.env",
     "evaluate": "tracewire.env",
     "EnvClient": "tracewire.serve",

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import hmac
 import logging
+import secrets
 from collections.abc import Callable
 from typing import Any
 
@@ -14,6 +15,7 @@ from aiohttp import web
 
 from .._errors import ProxyError, SessionError, UpstreamError
 from .._memory import tune_allocator
+from ..sessions import SessionSpec, token_from_env
 from ..trace import Call, Trace
 from ._anthropic import AnthropicAdapter
 from ._config import ProxyConfig
@@ -21,6 +23,7 @@ from ._dialect import Adapter, ChatAdapter
 from ._http import BadRequest, error_response
 from ._responses import ResponsesAdapter
 from ._session import Session, SessionRegistry
+from ._session_api import add_session_routes
 from ._stream import relay_stream
 from ._turn import Turn, TurnPipeline
 from ._upstream_api import Upstream
@@ -57,6 +60,11 @@ class Proxy:
         self.host = host
         self.port = port
         self.session_api = session_api
+        #: The trainer credential of the session API (see ``ProxyConfig.session_token``);
+        #: ``session_token_generated`` says it was made up here, not given.
+        given = cfg.session_token or token_from_env()
+        self.session_token_generated = given is None
+        self.session_token: str = given or "tws-" + secrets.token_urlsafe(24)
         self.registry = SessionRegistry(self.config.max_sessions)
         self.app = web.Application(client_max_size=self.config.max_body_bytes)
         self._runner: web.AppRunner | None = None
@@ -89,12 +97,7 @@ class Proxy:
         if self.config.tune_memory:
             tune_allocator()
         if self.session_api:
-            try:
-                from ..samples import add_session_routes
-            except ImportError:
-                pass  # the samples part is not installed in this build
-            else:
-                add_session_routes(self.app, self)
+            add_session_routes(self.app, self)
         self.app.router.add_route("*", "/{tail:.*}", self._unknown)
         await self.upstream.start()
         self._runner = web.AppRunner(self.app, access_log=None, handle_signals=False)
@@ -135,6 +138,7 @@ class Proxy:
     # -- sessions --------------------------------------------------------------------------
     def create_session(
         self,
+        spec: SessionSpec | None = None,
         *,
         trace: Trace | None = None,
         metadata: dict[str, Any] | None = None,
@@ -144,14 +148,19 @@ class Proxy:
         max_turns: int | None = None,
         max_tokens: int | None = None,
     ) -> Session:
-        """Create a session (``LimitError`` when ``max_sessions`` are live)."""
+        """Create a session from ``spec`` or the same fields as keywords (None: the
+        config's default); ``LimitError`` when ``max_sessions`` are live."""
+        if spec is None:
+            spec = SessionSpec(metadata=metadata or {}, ttl=ttl, group_id=group_id,
+                               group_index=group_index, max_turns=max_turns,
+                               max_tokens=max_tokens)
         cfg = self.config
         s = Session(
             proxy_url=self._url or f"http://{self.host}:{self.port}", trace=trace,
-            metadata=metadata, ttl=cfg.session_ttl_s if ttl is None else ttl,
-            group_id=group_id, group_index=group_index,
-            max_turns=cfg.max_turns if max_turns is None else max_turns,
-            max_tokens=cfg.max_tokens if max_tokens is None else max_tokens,
+            metadata=spec.metadata, ttl=cfg.session_ttl_s if spec.ttl is None else spec.ttl,
+            group_id=spec.group_id, group_index=spec.group_index,
+            max_turns=cfg.max_turns if spec.max_turns is None else spec.max_turns,
+            max_tokens=cfg.max_tokens if spec.max_tokens is None else spec.max_tokens,
         )
         return self.registry.add(s)
 
