@@ -244,7 +244,7 @@ class Proxy:
         try:
             self._auth(request)
             body = await self._body(request)
-            up = await self.upstream.offload(len(body), self._adapters["messages"].parse, body)
+            up = await self._pipeline.offload(len(body), self._adapters["messages"].parse, body)
         except BadRequest as e:
             return error_response("anthropic", e.status, e.message)
         try:

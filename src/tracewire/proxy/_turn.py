@@ -13,7 +13,8 @@ import hashlib
 import inspect
 import logging
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Protocol, TypeVar
 
 from aiohttp import web
 
@@ -35,17 +36,24 @@ log = logging.getLogger("tracewire.proxy")
 
 #: A remembered answer for SDK retries: (status, content type, body or SSE parts).
 Answer = tuple[int, str, bytes | list[bytes]]
+T = TypeVar("T")
+
+
+class Offload(Protocol):
+    """``await offload(size, fn, *args)``: ``fn(*args)``, in a thread when ``size`` is big."""
+
+    async def __call__(self, size: int, fn: Callable[..., T], *args: Any) -> T: ...
 
 
 class Turn:
     """One exchange between a harness and the upstream, from match to commit or failure."""
 
-    __slots__ = ("adapter", "call", "ikey", "prep", "request", "rkey", "session", "up",
-                 "upstream")
+    __slots__ = ("adapter", "call", "ikey", "offload", "prep", "request", "rkey", "session",
+                 "up", "upstream")
 
     def __init__(self, *, session: Session, adapter: Adapter, up: UpReq, prep: Prepared,
                  call: Call, request: UpstreamRequest, upstream: Upstream, rkey: str,
-                 ikey: str | None) -> None:
+                 ikey: str | None, offload: Offload) -> None:
         self.session = session
         self.adapter = adapter
         self.up = up
@@ -57,6 +65,8 @@ class Turn:
         #: Retry keys: request content (SDK retry headers) and ``Idempotency-Key``.
         self.rkey = rkey
         self.ikey = ikey
+        #: Runs big parses in a worker thread (the proxy's ``thread_threshold_bytes``).
+        self.offload = offload
 
     def end_span(self) -> None:
         """Close the call's span now (kept when already closed)."""
@@ -104,7 +114,7 @@ class Turn:
         it extends it; otherwise the whole array, in a thread when big."""
         prompt = parse_tail(span, self.session.graph.prompt_cache)
         if prompt is None:
-            prompt = await self.upstream.offload(span.end - span.start, parse_full, span)
+            prompt = await self.offload(span.end - span.start, parse_full, span)
         return prompt
 
 
@@ -121,6 +131,13 @@ class TurnPipeline:
         self.upstream = upstream
         self._tool_args: dict[int, bool] = {}
 
+    async def offload(self, size: int, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(*args)``, in a worker thread when ``size`` bytes is over the config's
+        ``thread_threshold_bytes`` (big bodies never stall the loop)."""
+        if size > self.config.thread_threshold_bytes:
+            return await asyncio.to_thread(fn, *args)
+        return fn(*args)
+
     def _parse(self, adapter: Adapter, body: bytes, session: Session) -> UpReq:
         takes = self._tool_args.get(id(adapter))
         if takes is None:
@@ -134,7 +151,7 @@ class TurnPipeline:
                       body: bytes) -> Turn | web.StreamResponse:
         """The turn for ``body``, or the remembered answer when it is an SDK retry of a
         committed request. ``BadRequest`` when the body cannot be recorded."""
-        off = self.upstream.offload
+        off = self.offload
         up: UpReq | None = None
         # A harness resends its history: when the messages extend the last committed
         # request byte for byte, only the new ones are parsed and hashed.
@@ -183,7 +200,8 @@ class TurnPipeline:
         payload = up.upstream_bytes(self.config.token_fields)
         ureq = UpstreamRequest(payload, stream=up.stream, split=not self.config.response_hooks)
         return Turn(session=session, adapter=adapter, up=up, prep=prep, call=call,
-                    request=ureq, upstream=self.upstream, rkey=rkey, ikey=ikey)
+                    request=ureq, upstream=self.upstream, rkey=rkey, ikey=ikey,
+                    offload=self.offload)
 
     async def outcome(self, turn: Turn) -> tuple[dict[str, Any], Outcome, bytes | None]:
         """Ask the upstream for a non-streamed answer: (its dict, the outcome, the raw body
@@ -197,8 +215,10 @@ class TurnPipeline:
                 d, raw = res, None
             call.hooks = (*call.hooks, _hook_name(hook))
         size = len(reply.raw) if reply.raw is not None else 0
+        if reply.span is not None:
+            size -= reply.span.end - reply.span.start  # the ids are read separately
         try:
-            out = await self.upstream.offload(size, outcome_of, d, reply.span is not None)
+            out = await self.offload(size, outcome_of, d, reply.span is not None)
         except (ValueError, TypeError, AttributeError) as exc:
             raise UpstreamError(f"upstream answered something unusable: {exc}") from exc
         if reply.span is not None:
