@@ -299,3 +299,27 @@ def test_toy_template_extends_itself() -> None:
     p2 = prompt_of([SYS, USER, ans["message"], {"role": "user", "content": "x"}])
     assert p2[:len(p1) + len(ans["token_ids"])] == p1 + ans["token_ids"]
     assert np.array_equal(np.array(p1), np.array(p2[:len(p1)]))
+
+
+async def test_models_and_count_tokens_go_through_the_upstream() -> None:
+    def handler(call: MockCall) -> Any:
+        if call.path == "/models":
+            return {"object": "list", "data": [{"id": "toy", "object": "model"}]}
+        if call.path == "/tokenize":
+            return {"count": len(prompt_of(call.body["messages"]))}
+        return 500, {"error": {"message": "not used"}}
+
+    mock = MockUpstream(handler)
+    async with Proxy(mock) as proxy:
+        s = proxy.create_session()
+        headers = {"x-api-key": s.secret, "anthropic-version": "2023-06-01"}
+        async with aiohttp.ClientSession() as c:
+            async with c.get(s.base_url + "/models", headers=headers) as r:
+                assert r.status == 200 and (await r.json())["data"][0]["id"] == "toy"
+            async with c.post(s.anthropic_base_url + "/v1/messages/count_tokens",
+                              headers=headers, json={"model": "toy", "messages": [
+                                  {"role": "user", "content": "hi"}]}) as r:
+                assert r.status == 200
+                want = len(prompt_of([{"role": "user", "content": "hi"}]))
+                assert (await r.json()) == {"input_tokens": want}
+    assert [c.path for c in mock.calls] == ["/models", "/tokenize"]
