@@ -36,8 +36,8 @@ from aiohttp import web
 
 ROLES = {"system": 10, "user": 11, "assistant": 12, "tool": 13}
 # JSON text of each message's rendered ids, memoized: a real server's prompt work is on its
-# GPU, and a fake that re-rendered 2,000 messages in Python per turn spent 8-14 ms (with
-# GC-driven spread) at turn 1,000, which buried the proxy's cost in the upstream's noise.
+# GPU, and a fake that re-rendered thousands of messages in Python per turn would bury the
+# proxy's cost in the upstream's noise.
 _RENDERED: dict[tuple[str, str], bytes] = {}
 
 
@@ -308,9 +308,8 @@ def _pin(measured: list[int], apparatus: list[int]) -> None:
     """Give the proxy (and the floor) a core of their own, the harnesses and upstream the
     others (Linux), as on a many-core node where nothing starves the proxy.
 
-    Three processes on two cores made the proxy's loop lag 6-15 ms at times (no GC running).
-    Pinning did not measurably change p50 or p99 on the 2-core VM (bench/README, proxy);
-    it is kept so that the figures do not depend on where the scheduler happens to put it.
+    Pinned, the figures do not depend on where the scheduler happens to put the proxy
+    (bench/README.md, proxy, has what pinning changed).
     """
     cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
     if len(cpus) < 2:

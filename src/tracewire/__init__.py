@@ -68,7 +68,7 @@ _LAZY: dict[str, str] = {
     "LoopLagProbe": "tracewire.diagnostics",
     "ModelServer": "tracewire.model",
     "Proxy": "tracewire.proxy",
-    "SessionClient": "tracewire.samples",
+    "SessionClient": "tracewire.sessions",
     "Environment": "tracewire.env",
     "evaluate": "tracewire.compose",
     "EnvClient": "tracewire.serve",

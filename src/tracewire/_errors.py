@@ -90,11 +90,22 @@ class ProxyError(TracewireError, RuntimeError):
 
 
 class UpstreamError(ProxyError):
-    """The upstream model server failed, timed out or answered with something unusable."""
+    """The upstream model server failed, timed out or answered with something unusable;
+    ``status`` is the HTTP status to answer the harness with (the upstream's own 4xx, or
+    502)."""
+
+    def __init__(self, message: str = "", status: int = 502) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 class SessionError(TracewireError, LookupError):
-    """An unknown, expired or deleted session."""
+    """An unknown, expired or deleted session; ``reason`` says which (``"never_existed"``,
+    ``"expired"``, ``"deleted"``, or ``""`` when not known)."""
+
+    def __init__(self, message: str = "", reason: str = "") -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 class SampleError(TracewireError, ValueError):

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import os
+import sys
 from typing import Any
 
 import aiohttp
@@ -79,7 +81,14 @@ async def test_bad_input_is_dialect_correct(proxy: Proxy) -> None:
     async with aiohttp.ClientSession() as c, c.get(proxy.url + "/v1/messages/nope",
                                                    headers={"anthropic-version": "1"}) as r:
         assert r.status == 404 and (await r.json())["type"] == "error"
-    assert len(s.trace.calls) == 0 and len(s.trace.nodes) == 0
+    # Each refused turn request is a failed call with its error; nothing else is recorded
+    # (the 404s never reached a turn endpoint).
+    assert len(s.trace.nodes) == 0
+    assert len(s.trace.calls) == 11 and len(s.trace.errors) == 11
+    assert all(c.error and c.node is None and c.finish_reason == "error"
+               for c in s.trace.calls)
+    assert "role" in (s.trace.calls[9].error or "")
+    assert [c.endpoint for c in s.trace.calls[:3]] == ["chat"] * 3
     st, d = await _post(chat, {"messages": MSGS}, h)
     assert st == 200  # still serving
 
@@ -397,3 +406,25 @@ async def test_many_sessions_concurrently(fake: Fake, proxy: Proxy) -> None:
         contents = [t.nodes[i].message.content for i in br.nodes]
         assert contents == [m["content"] for m in msgs[:-1]]
         assert t.info.get("token_mismatches", 0) == 0
+
+
+async def test_cli_prints_a_generated_session_token_that_opens_the_session_api() -> None:
+    env = {k: v for k, v in os.environ.items() if k != "TRACEWIRE_SESSION_TOKEN"}
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "tracewire", "proxy", "--upstream", "http://127.0.0.1:9/v1",
+        stdout=asyncio.subprocess.PIPE, env=env)
+    try:
+        assert proc.stdout is not None
+        url = (await asyncio.wait_for(proc.stdout.readline(), 60)).decode().strip()
+        line = (await asyncio.wait_for(proc.stdout.readline(), 60)).decode().strip()
+        name, _, token = line.partition("=")
+        assert url.startswith("http://127.0.0.1:") and name == "TRACEWIRE_SESSION_TOKEN"
+        async with aiohttp.ClientSession() as c:
+            async with c.post(url + "/sessions", json={}) as r:
+                assert r.status == 401
+            async with c.post(url + "/sessions", json={},
+                              headers={"Authorization": f"Bearer {token}"}) as r:
+                assert r.status == 201
+    finally:
+        proc.terminate()
+        await proc.wait()

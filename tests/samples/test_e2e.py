@@ -15,8 +15,9 @@ import pytest
 
 from tracewire import SessionError
 from tracewire.model import MODEL_NAME, ModelServer
-from tracewire.proxy import Proxy
-from tracewire.samples import SessionClient, add_session_routes, payload_meta
+from tracewire.proxy import Proxy, add_session_routes
+from tracewire.samples import payload_meta
+from tracewire.sessions import SessionClient
 
 CALCULATOR = {
     "type": "function",
@@ -40,7 +41,7 @@ async def proxy() -> AsyncIterator[Proxy]:
 
 
 async def test_openai_tool_loop_then_collect(proxy: Proxy) -> None:
-    async with SessionClient(proxy.url, timeout=120) as client:
+    async with SessionClient(proxy.url, token=proxy.session_token, timeout=120) as client:
         info = await client.create(metadata={"task": "calc-1"}, group_id="g7", group_index=1)
         oai = openai.AsyncOpenAI(base_url=info.base_url, api_key=info.api_key, max_retries=0)
         messages: list[dict[str, Any]] = [
@@ -118,7 +119,7 @@ async def test_openai_tool_loop_then_collect(proxy: Proxy) -> None:
 async def test_concurrent_generations_become_branches_never_silently_dropped(
     proxy: Proxy,
 ) -> None:
-    async with SessionClient(proxy.url, timeout=120) as client:
+    async with SessionClient(proxy.url, token=proxy.session_token, timeout=120) as client:
         info = await client.create()
         oai = openai.AsyncOpenAI(base_url=info.base_url, api_key=info.api_key, max_retries=0)
         messages = [

@@ -22,20 +22,27 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--upstream-timeout", type=float, default=600.0)
     parser.add_argument("--no-token-fields", action="store_true",
                         help="do not ask the upstream for token ids (hosted APIs)")
+    parser.add_argument("--session-token", default=None,
+                        help="trainer token of the /sessions API (default: "
+                             "$TRACEWIRE_SESSION_TOKEN, else generated and printed)")
 
 
 async def _serve(args: argparse.Namespace) -> None:
     cfg = ProxyConfig(max_body_bytes=int(args.max_body_mb * 1024 * 1024),
-                      upstream_timeout=args.upstream_timeout)
+                      upstream_timeout=args.upstream_timeout,
+                      session_token=args.session_token)
     if args.no_token_fields:
         cfg.token_fields = {}
     async with Proxy(args.upstream, host=args.host, port=args.port, config=cfg) as proxy:
         print(proxy.url, flush=True)
+        if proxy.session_token_generated:
+            print(f"TRACEWIRE_SESSION_TOKEN={proxy.session_token}", flush=True)
         await asyncio.Event().wait()
 
 
 def run(args: argparse.Namespace) -> int:
-    """Serve until interrupted; prints the proxy's URL first."""
+    """Serve until interrupted; prints the proxy's URL first, then the session token
+    (``TRACEWIRE_SESSION_TOKEN=...``) when it was generated."""
     try:
         asyncio.run(_serve(args))
     except KeyboardInterrupt:

@@ -55,5 +55,8 @@ class ProxyConfig:
     #: sessions then reuse heap memory instead of page-faulting fresh mmaps every turn. It
     #: affects the whole process and keeps up to 256 MiB of freed heap; False opts out.
     tune_memory: bool = True
+    #: The trainer token every ``/sessions`` route requires (``Authorization: Bearer``).
+    #: None: ``TRACEWIRE_SESSION_TOKEN`` when set, else one generated at start-up.
+    session_token: str | None = None
     request_hooks: list[RequestHook] = field(default_factory=list)
     response_hooks: list[ResponseHook] = field(default_factory=list)

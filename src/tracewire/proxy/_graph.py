@@ -12,7 +12,6 @@ the matched path" check a single array comparison instead of a walk to the root.
 from __future__ import annotations
 
 import hashlib
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -302,6 +301,35 @@ class TurnGraph:
             return None
         return full[plen:]
 
+    def _depth(self, node: int | None) -> int:
+        """Messages on the path ending at ``node``."""
+        d = 0
+        nodes = self.trace.nodes
+        while node is not None:
+            d += 1
+            node = nodes[node].parent
+        return d
+
+    def _rewritten_from(self, parent: int | None, new: list[NewMessage], prompt: PromptIds
+                        ) -> tuple[int | None, NDArray[np.int32]] | None:
+        """When the request dropped a sampled answer from its history (the matched node
+        was a turn's prompt, and the request goes on with another message instead of that
+        answer): the deepest ancestor of ``parent`` whose tokens the prompt extends and the
+        prompt's ids past it. None for a real mismatch (re-tokenized history)."""
+        if parent is None or not new or new[0].message.role == "assistant":
+            return None
+        trace = self.trace
+        if not any(c.prompt_node == parent and c.node is not None for c in trace.calls):
+            return None
+        node: int | None = trace.nodes[parent].parent
+        while True:
+            ext = self._extension(node, prompt, True)
+            if ext is not None:
+                return node, ext
+            if node is None:
+                return None
+            node = trace.nodes[node].parent
+
     def _add(
         self, nm: NewMessage, parent: int | None, *, sampled: bool = False,
         ids: Any = None, logprobs: Any = None, has_tokens: bool = True,
@@ -337,13 +365,22 @@ class TurnGraph:
                     last = j == len(new) - 1
                     parent = self._add(nm, parent, ids=rest if last else rest[:0])
             else:
-                trace.info["token_mismatches"] = int(trace.info.get("token_mismatches", 0)) + 1
                 full = self._materialize(prompt)
-                parent = None
-                every = all_messages()
+                base = self._rewritten_from(parent, new, prompt)
+                if base is None:
+                    # Re-tokenized history: the whole request becomes a new root.
+                    trace.info["token_mismatches"] = int(
+                        trace.info.get("token_mismatches", 0)) + 1
+                    start, rest_ids, every = None, full, all_messages()
+                else:
+                    trace.info["history_rewrites"] = int(
+                        trace.info.get("history_rewrites", 0)) + 1
+                    start, rest_ids = base
+                    every = all_messages()[self._depth(start):]
+                parent = start
                 for j, nm in enumerate(every):
                     last = j == len(every) - 1
-                    parent = self._add(nm, parent, ids=full if last else full[:0])
+                    parent = self._add(nm, parent, ids=rest_ids if last else rest_ids[:0])
             if prompt.raw is not None and parent is not None and len(prompt):
                 # The path of ``parent`` now holds exactly this prompt's ids.
                 self.prompt_cache = PromptCache(prompt.raw, prompt.raw.content_end(), parent,
@@ -369,18 +406,15 @@ class TurnGraph:
         trace.notify()
         return nodes
 
-    def fail(self, call: Call, error: str) -> None:
-        """Record a failed call (no node) and an error; nothing else is appended."""
+    def fail(self, call: Call, error: str, prompt_node: int | None = None) -> None:
+        """Record a failed call (no completion node) made from ``prompt_node`` (the deepest
+        node its request matched, None when unknown) and an error; nothing else is
+        appended."""
         self.trace.add_call(
             Call(model=call.model, endpoint=call.endpoint, sampling=call.sampling,
-                 span=call.span, error=error, hooks=call.hooks, finish_reason="error")
+                 span=call.span, error=error, hooks=call.hooks, finish_reason="error",
+                 prompt_node=prompt_node)
         )
         self.trace.add_error("proxy", error, phase="agent")
         self.trace.pending = []
         self.trace.notify()
-
-
-def now_span_end(call: Call) -> None:
-    """Close a call's span at the current time."""
-    if call.span is not None:
-        call.span.end = time.time()

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from .._errors import LimitError, SessionError
+from ..sessions import GoneReason, SessionStatus
 from ..trace import Trace, new_id
 from ._graph import TurnGraph
 
@@ -16,6 +17,8 @@ __all__ = ["Session", "SessionRegistry"]
 
 _TOMBSTONES = 100_000
 _RETRY_CACHE = 8
+_SAYS = {GoneReason.NEVER_EXISTED: "never existed", GoneReason.EXPIRED: "expired",
+         GoneReason.DELETED: "was deleted"}
 
 
 class Session:
@@ -41,7 +44,7 @@ class Session:
         self.group_index = group_index
         self.created: float = time.time()
         self.last_used: float = self.created
-        self.status: str = "active"
+        self.status = SessionStatus.ACTIVE
         self.ttl = ttl
         self.max_turns = max_turns
         self.max_tokens = max_tokens
@@ -49,6 +52,9 @@ class Session:
         self.turns = 0
         self.last_total_tokens = 0
         self.graph = TurnGraph(self.trace)
+        #: Tool-call id -> the exact arguments text the model produced, so dialects that
+        #: echo tool calls back as objects can send the sampled text upstream again.
+        self.tool_args: dict[str, str] = {}
         self._proxy_url = proxy_url
         # Recently committed answers by retry key, so SDK retries do not commit twice.
         self._answers: OrderedDict[str, Any] = OrderedDict()
@@ -74,6 +80,14 @@ class Session:
         """Mark the session used now."""
         self.last_used = time.time()
 
+    def limit_reached(self) -> str | None:
+        """``"max_turns"``/``"max_tokens"`` when the session is at that bound, else None."""
+        if self.max_turns is not None and self.turns >= self.max_turns:
+            return "max_turns"
+        if self.max_tokens is not None and self.last_total_tokens >= self.max_tokens:
+            return "max_tokens"
+        return None
+
     def remember(self, key: str, answer: Any) -> None:
         """Keep a committed answer for retries of the same request (a few per session)."""
         self._answers[key] = answer
@@ -93,7 +107,7 @@ class SessionRegistry:
         self.max_sessions = max_sessions
         self._by_id: dict[str, Session] = {}
         self._by_secret: dict[str, Session] = {}
-        self._gone: OrderedDict[str, str] = OrderedDict()
+        self._gone: OrderedDict[str, GoneReason] = OrderedDict()
 
     def __len__(self) -> int:
         return len(self._by_id)
@@ -119,27 +133,25 @@ class SessionRegistry:
         expired or was deleted."""
         s = self._by_id.get(session_id)
         if s is not None and s.expired():
-            self._drop(s, "expired")
+            self._drop(s, GoneReason.EXPIRED)
             s = None
         if s is None:
-            why = self._gone.get(session_id)
-            if why is None:
-                raise SessionError(f"session {session_id!r} never existed")
-            raise SessionError(f"session {session_id!r} {why}")
+            why = self._gone.get(session_id, GoneReason.NEVER_EXISTED)
+            raise SessionError(f"session {session_id!r} {_SAYS[why]}", reason=why)
         return s
 
     def by_secret(self, secret: str) -> Session | None:
         """The live session holding ``secret``, or None."""
         s = self._by_secret.get(secret)
         if s is not None and s.expired():
-            self._drop(s, "expired")
+            self._drop(s, GoneReason.EXPIRED)
             return None
         return s
 
     def delete(self, session_id: str) -> Session:
         """Close and forget a session; ``SessionError`` if it is not live."""
         s = self.get(session_id)
-        self._drop(s, "was deleted")
+        self._drop(s, GoneReason.DELETED)
         return s
 
     def sweep(self) -> int:
@@ -147,11 +159,11 @@ class SessionRegistry:
         now = time.time()
         dead = [s for s in self._by_id.values() if s.expired(now)]
         for s in dead:
-            self._drop(s, "expired")
+            self._drop(s, GoneReason.EXPIRED)
         return len(dead)
 
-    def _drop(self, s: Session, why: str) -> None:
-        s.status = "closed"
+    def _drop(self, s: Session, why: GoneReason) -> None:
+        s.status = SessionStatus.CLOSED
         self._by_id.pop(s.id, None)
         self._by_secret.pop(s.secret, None)
         self._gone[s.id] = why

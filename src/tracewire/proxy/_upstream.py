@@ -214,8 +214,3 @@ class StreamAccumulator:
         ids = as_ids(self._prompt)
         self.out.prompt = None if ids is None else PromptIds(full=ids)
         return self.out
-
-
-def loads(data: bytes) -> Any:
-    """Parse JSON (``ValueError`` when malformed)."""
-    return orjson.loads(data)

@@ -33,7 +33,7 @@ from ._hooks import (
     run_picker,
     run_postprocess,
 )
-from ._sample import ABORTED, COMPLETED, TRUNCATED, Sample, status_of
+from ._sample import ABORTED, COMPLETED, TRUNCATED, Sample, SampleStatus, status_of
 
 __all__ = ["SampleBuilder"]
 
@@ -49,7 +49,7 @@ class _Turn:
     call: int  # index in trace.calls
     start: int  # branch position where the completion begins (= prompt length)
     end: int  # branch position where it ends
-    status: str
+    status: SampleStatus
     finish_reason: str | None
     prev: int  # completion node of the previous turn on this path, -1 for the first
     tokens_ok: bool  # every node on the path up to here carries token ids
@@ -60,7 +60,7 @@ class _Turn:
 class _Plan:
     leaf: int
     turns: list[tuple[_Turn, int]]  # (turn, kept end position)
-    status: str
+    status: SampleStatus
 
 
 class SampleBuilder:

@@ -21,7 +21,7 @@ import orjson
 from numpy.typing import NDArray
 
 from .._errors import DecodeError, SampleError
-from ._sample import Sample
+from ._sample import Sample, SampleStatus
 
 __all__ = [
     "FORMAT",
@@ -232,7 +232,7 @@ def decode_samples(data: bytes | bytearray | memoryview) -> list[Sample]:
                     tokens=tokens,
                     loss_mask=mask,
                     logprobs=lp,
-                    status=str(e["status"]),
+                    status=SampleStatus(e["status"]),
                     prompt_len=prompt_len,
                     leaf=int(e.get("leaf", -1)),
                     trace_id=str(e.get("trace_id") or ""),

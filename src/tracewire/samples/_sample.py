@@ -10,6 +10,7 @@ not sample (tool results, user turns between model turns) the mask is 0 and the 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
 import numpy as np
@@ -21,12 +22,23 @@ __all__ = [
     "EMPTY_REASONS",
     "TRUNCATED",
     "Sample",
+    "SampleStatus",
     "status_of",
 ]
 
-COMPLETED = "completed"
-TRUNCATED = "truncated"
-ABORTED = "aborted"
+
+class SampleStatus(StrEnum):
+    """How a sample's rollout ended: ``completed``, ``truncated`` (a length limit) or
+    ``aborted`` (an error, a failed call after it, or no usable tokens)."""
+
+    COMPLETED = "completed"
+    TRUNCATED = "truncated"
+    ABORTED = "aborted"
+
+
+COMPLETED = SampleStatus.COMPLETED
+TRUNCATED = SampleStatus.TRUNCATED
+ABORTED = SampleStatus.ABORTED
 
 #: Why a result holds no sample: no model turns at all, every kept branch truncated away,
 #: no turn carried token ids, the picker/postprocessor kept nothing.
@@ -41,7 +53,7 @@ _TRUNCATED_REASONS = frozenset(
 )
 
 
-def status_of(finish_reason: str | None, error: str | None = None) -> str:
+def status_of(finish_reason: str | None, error: str | None = None) -> SampleStatus:
     """Sample status of one model turn: ``stop``/``tool_calls`` (and their Anthropic and
     Responses spellings) → completed, ``length`` → truncated, anything else → aborted."""
     if error is not None:
@@ -68,7 +80,7 @@ class Sample:
     tokens: NDArray[np.int32]
     loss_mask: NDArray[np.uint8]
     logprobs: NDArray[np.float32] | None
-    status: str = COMPLETED
+    status: SampleStatus = COMPLETED
     prompt_len: int = 0
     leaf: int = -1
     trace_id: str = ""

@@ -37,6 +37,8 @@ from .._errors import (
     TracewireError,
     WorkerDiedError,
 )
+from .._wire_errors import error_body
+from .._wire_errors import error_from_body as _wire_error_from_body
 from ..codec import Cursor, cursor_of
 from ..trace import SCHEMA_VERSION, Trace
 
@@ -142,29 +144,13 @@ def parse_job_frame(frame: Any) -> tuple[int, JobKind]:
         raise ProtocolError(f"unknown job kind {kind}") from exc
 
 
-_ERRORS: dict[str, type[TracewireError]] = {
-    cls.__name__: cls
-    for cls in (BusyError, WorkerDiedError, RunTimeout, ProtocolError, ServeError, EnvError,
-                DecodeError, DeltaError, SchemaVersionError)
-}
-
-
-def error_body(exc: BaseException | str, message: str = "", **extra: Any) -> dict[str, Any]:
-    """The body of an ``error`` answer: the error class name and a message."""
-    if isinstance(exc, str):
-        return {"type": exc, "message": message, **extra}
-    return {"type": type(exc).__name__, "message": message or str(exc), **extra}
+_KNOWN = (BusyError, WorkerDiedError, RunTimeout, ProtocolError, ServeError, EnvError,
+          DecodeError, DeltaError, SchemaVersionError)
 
 
 def error_from_body(body: dict[str, Any], where: str = "") -> TracewireError:
-    """Rebuild the error an ``error`` answer describes (``ServeError`` for unknown types)."""
-    name = str(body.get("type", "ServeError"))
-    message = str(body.get("message", "")) or name
-    cls = _ERRORS.get(name, ServeError)
-    text = f"{message} ({where})" if where else message
-    if cls is ServeError and name != "ServeError":
-        text = f"{name}: {text}"
-    return cls(text)
+    """Rebuild the error an ``error`` answer describes (``ServeError`` for other types)."""
+    return _wire_error_from_body(body, where, ServeError, _KNOWN)
 
 
 def cursor_list(trace: Trace) -> list[int]:

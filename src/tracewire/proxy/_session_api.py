@@ -1,11 +1,17 @@
 """The HTTP session API, mounted on the proxy's aiohttp app (same process, same sessions).
 
-``POST /sessions`` → ``{session_id, base_url, anthropic_base_url, api_key, ...}``;
-``GET /sessions/{id}`` → summary; ``POST /sessions/{id}/samples`` → the safetensors payload;
-``DELETE /sessions/{id}``. Errors are ``{"error": str}`` JSON: 400 malformed request, 404
-unknown session (the message says never existed / expired / deleted), 413 body or payload
-over its cap, 422 assembly or hook failure, 429 too many sessions, 500 anything else (logged;
-the server keeps serving).
+``POST /sessions`` (a :class:`~tracewire.sessions.SessionSpec` as JSON) →
+``{session_id, base_url, anthropic_base_url, api_key, ...}``; ``GET /sessions/{id}`` →
+summary; ``POST /sessions/{id}/samples`` → the safetensors payload; ``DELETE
+/sessions/{id}``. Every route needs the proxy's trainer token as ``Authorization: Bearer``
+(a session's harness secret is not it); POST bodies must be ``application/json``.
+
+Errors are JSON ``{"error": message, "type": class, "message": message, "reason": ...}``
+(``type``/``reason`` let the client rebuild the same error, see ``tracewire._wire_errors``):
+400 malformed request, 401 missing or wrong token, 404 unknown session (``reason``
+never_existed / expired / deleted), 413 body or payload over its cap, 415 not JSON, 422
+assembly or hook failure, 429 too many sessions, 500 anything else (logged; the server keeps
+serving).
 
 Collect is idempotent: the same request repeated while the trace is unchanged, or after the
 session was deleted or expired (within ``grace_s``), answers the same payload.
@@ -15,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hmac
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -24,36 +31,46 @@ from typing import TYPE_CHECKING, Any
 import orjson
 from aiohttp import web
 
-from .._errors import HookError, LimitError, SampleError, SessionError
-from ._builder import SampleBuilder
-from ._codec import encode_parts
-from ._hooks import Picker, Postprocess, default_picker, default_postprocess
+from .._errors import HookError, LimitError, ProxyError, SampleError, SessionError, TracewireError
+from .._wire_errors import error_body
+from ..samples import (
+    Picker,
+    Postprocess,
+    SampleBuilder,
+    default_picker,
+    default_postprocess,
+    encode_parts,
+)
+from ..sessions import GoneReason, SessionStatus, decode_spec
+from ._session import Session
 
 if TYPE_CHECKING:
-    from ..proxy import Proxy, Session
+    from ._server import Proxy
 
 __all__ = ["SessionAPI", "add_session_routes"]
 
-log = logging.getLogger("tracewire.samples")
+log = logging.getLogger("tracewire.proxy.sessions")
 
 SESSION_API_KEY: web.AppKey[SessionAPI] = web.AppKey("tracewire_session_api")
 _CHUNK = 1 << 20
 _BYTES_PER_TOKEN = 9  # int32 id + uint8 mask + float32 logprob
 _SAMPLES_KEYS = frozenset({"max_seq_len", "metadata"})
-_CREATE_KEYS = frozenset({"metadata", "ttl", "group_id", "group_index", "max_turns", "max_tokens"})
 
 
 class _HTTPFail(Exception):
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
+    """An answer with ``status`` describing ``error`` (rebuilt as its class by clients)."""
+
+    def __init__(self, status: int, error: TracewireError | str) -> None:
+        exc = ProxyError(error) if isinstance(error, str) else error
+        super().__init__(str(exc))
         self.status = status
-        self.message = message
+        self.error = exc
 
 
-def _error(status: int, message: str) -> web.Response:
-    return web.Response(
-        status=status, body=orjson.dumps({"error": message}), content_type="application/json"
-    )
+def _error(status: int, exc: TracewireError) -> web.Response:
+    # "error" stays the message string that clients before the typed shape read.
+    body = {"error": str(exc), **error_body(exc)}
+    return web.Response(status=status, body=orjson.dumps(body), content_type="application/json")
 
 
 def _json(obj: Any, status: int = 200) -> web.Response:
@@ -73,21 +90,20 @@ class _Collected:
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
-def _guard(fn: Handler) -> Handler:
+def _guard(api: SessionAPI, fn: Handler) -> Handler:
     async def wrapped(request: web.Request) -> web.StreamResponse:
         try:
+            api.check_token(request)
             return await fn(request)
         except _HTTPFail as e:
-            return _error(e.status, e.message)
-        except HookError as e:
-            return _error(422, str(e))
+            return _error(e.status, e.error)
+        except (HookError, SampleError) as e:
+            return _error(422, e)
         except LimitError as e:
-            return _error(413, str(e))
-        except SampleError as e:
-            return _error(422, str(e))
+            return _error(413, e)
         except Exception as e:
             log.exception("session API %s %s failed", request.method, request.path)
-            return _error(500, f"internal error: {type(e).__name__}: {e}")
+            return _error(500, ProxyError(f"internal error: {type(e).__name__}: {e}"))
 
     return wrapped
 
@@ -189,18 +205,34 @@ class SessionAPI:
             b.close()
         self.builders.clear()
 
-    async def _read_json(self, request: web.Request) -> dict[str, Any]:
+    def check_token(self, request: web.Request) -> None:
+        """``_HTTPFail(401)`` unless the request carries the proxy's trainer token."""
+        auth = request.headers.get("Authorization", "")
+        given = auth[7:].strip() if auth[:7].lower() == "bearer " else ""
+        token = self.proxy.session_token
+        if not given or not hmac.compare_digest(given.encode("utf-8", "replace"),
+                                                token.encode()):
+            raise _HTTPFail(401, "missing or wrong session token (Authorization: Bearer "
+                                 "<token>; the proxy's TRACEWIRE_SESSION_TOKEN)")
+
+    async def _read_body(self, request: web.Request) -> bytes:
+        ctype = request.headers.get("Content-Type", "").partition(";")[0].strip().lower()
+        if ctype != "application/json" and not ctype.endswith("+json"):
+            raise _HTTPFail(415, f"content type must be application/json, not {ctype!r}")
         cap = self.max_request_bytes
         if request.content_length is not None and request.content_length > cap:
-            raise _HTTPFail(413, f"request body over {cap} bytes")
+            raise _HTTPFail(413, LimitError(f"request body over {cap} bytes"))
         chunks: list[bytes] = []
         size = 0
         async for chunk in request.content.iter_chunked(1 << 16):
             size += len(chunk)
             if size > cap:
-                raise _HTTPFail(413, f"request body over {cap} bytes")
+                raise _HTTPFail(413, LimitError(f"request body over {cap} bytes"))
             chunks.append(chunk)
-        body = b"".join(chunks)
+        return b"".join(chunks)
+
+    async def _read_json(self, request: web.Request) -> dict[str, Any]:
+        body = await self._read_body(request)
         if not body.strip():
             return {}
         try:
@@ -214,31 +246,14 @@ class SessionAPI:
     # -- routes ----------------------------------------------------------------------------
     async def create(self, request: web.Request) -> web.StreamResponse:
         """``POST /sessions``."""
-        body = await self._read_json(request)
-        unknown = set(body) - _CREATE_KEYS
-        if unknown:
-            raise _HTTPFail(
-                400, f"unknown fields {sorted(unknown)}; allowed {sorted(_CREATE_KEYS)}"
-            )
-        ttl = body.get("ttl")
-        if ttl is not None and (
-            isinstance(ttl, bool) or not isinstance(ttl, int | float) or not 0 < ttl < 1e9
-        ):
-            raise _HTTPFail(400, f"'ttl' must be a positive number of seconds, got {ttl!r}")
-        group_id = body.get("group_id")
-        if group_id is not None and not isinstance(group_id, str):
-            raise _HTTPFail(400, f"'group_id' must be a string or null, got {group_id!r}")
         try:
-            session = self.proxy.create_session(
-                metadata=_opt_dict(body, "metadata"),
-                ttl=None if ttl is None else float(ttl),
-                group_id=group_id,
-                group_index=_opt_int(body, "group_index", 0) or 0,
-                max_turns=_opt_int(body, "max_turns", 1),
-                max_tokens=_opt_int(body, "max_tokens", 1),
-            )
+            spec = decode_spec(await self._read_body(request))
+        except ValueError as exc:
+            raise _HTTPFail(400, str(exc)) from exc
+        try:
+            session = self.proxy.create_session(spec)
         except LimitError as exc:
-            raise _HTTPFail(429, str(exc)) from exc
+            raise _HTTPFail(429, exc) from exc
         self.builder(session)
         return _json(
             {
@@ -258,7 +273,7 @@ class SessionAPI:
         try:
             return self.proxy.registry.get(sid)
         except SessionError as exc:
-            raise _HTTPFail(404, str(exc)) from exc
+            raise _HTTPFail(404, exc) from exc
 
     async def summary(self, request: web.Request) -> web.StreamResponse:
         """``GET /sessions/{id}``."""
@@ -302,7 +317,7 @@ class SessionAPI:
                 and (cached.closed_at is None or time.time() - cached.closed_at <= self.grace_s)
             ):
                 return await self._payload(request, cached.parts)
-            raise _HTTPFail(404, str(exc)) from exc
+            raise _HTTPFail(404, exc) from exc
         session.touch()
         builder = self.builder(session)
         trace = session.trace
@@ -380,8 +395,8 @@ class SessionAPI:
             registry.delete(sid)
             already = None
         except SessionError as exc:
-            if "never existed" in str(exc):
-                raise _HTTPFail(404, str(exc)) from exc
+            if exc.reason == GoneReason.NEVER_EXISTED:
+                raise _HTTPFail(404, exc) from exc
             already = str(exc)
         b = self.builders.pop(sid, None)
         if b is not None:
@@ -389,7 +404,7 @@ class SessionAPI:
         c = self.collected.get(sid)
         if c is not None and c.closed_at is None:
             c.closed_at = time.time()
-        return _json({"session_id": sid, "status": "closed", "already": already})
+        return _json({"session_id": sid, "status": SessionStatus.CLOSED, "already": already})
 
 
 def add_session_routes(app: web.Application, proxy: Proxy, **options: Any) -> SessionAPI:
@@ -404,10 +419,10 @@ def add_session_routes(app: web.Application, proxy: Proxy, **options: Any) -> Se
     api = SessionAPI(proxy, **options)
     app[SESSION_API_KEY] = api
     r = app.router
-    r.add_post("/sessions", _guard(api.create))
-    r.add_get("/sessions/{sid}", _guard(api.summary))
-    r.add_delete("/sessions/{sid}", _guard(api.delete))
-    r.add_post("/sessions/{sid}/samples", _guard(api.samples))
+    r.add_post("/sessions", _guard(api, api.create))
+    r.add_get("/sessions/{sid}", _guard(api, api.summary))
+    r.add_delete("/sessions/{sid}", _guard(api, api.delete))
+    r.add_post("/sessions/{sid}/samples", _guard(api, api.samples))
     app.on_startup.append(api.on_startup)
     app.on_cleanup.append(api.on_cleanup)
     return api

@@ -1,4 +1,5 @@
-"""The HTTP session API on a real Proxy, with traces recorded by hand (no upstream needed)."""
+"""The proxy's HTTP session API and its client, with traces recorded by hand (no upstream
+needed). The trainer token comes from TRACEWIRE_SESSION_TOKEN, set for every test here."""
 
 from __future__ import annotations
 
@@ -15,22 +16,20 @@ import orjson
 import pytest
 import safetensors.numpy as stn
 
-from tracewire import HookError, LimitError, SessionError, Trace
-from tracewire.proxy import Proxy, ProxyConfig
-from tracewire.samples import (
-    Sample,
-    SessionAPI,
-    SessionClient,
-    SyncSessionClient,
-    add_session_routes,
-    assemble,
-    decode_samples,
-    payload_meta,
-)
+from tracewire import HookError, LimitError, ProxyError, SessionError, Trace
+from tracewire.proxy import Proxy, ProxyConfig, SessionAPI, add_session_routes
+from tracewire.samples import Sample, assemble, decode_samples, payload_meta
+from tracewire.sessions import TOKEN_ENV, GoneReason, SessionClient, SyncSessionClient
 
 from .builders import complete, golden, prompt
 
 DEAD_UPSTREAM = "http://127.0.0.1:9/v1"  # the session API never calls the upstream
+TOKEN = "tws-test-token"
+
+
+@pytest.fixture(autouse=True)
+def _token(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(TOKEN_ENV, TOKEN)
 
 
 @pytest.fixture
@@ -41,7 +40,8 @@ async def proxy() -> AsyncIterator[Proxy]:
 
 @pytest.fixture
 async def http() -> AsyncIterator[aiohttp.ClientSession]:
-    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as s:
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30),
+                                     headers={"Authorization": f"Bearer {TOKEN}"}) as s:
         yield s
 
 
@@ -70,7 +70,8 @@ async def create(http: aiohttp.ClientSession, proxy: Proxy, **body: Any) -> str:
 
 def err(data: bytes) -> str:
     d = orjson.loads(data)
-    assert set(d) == {"error"} and isinstance(d["error"], str)
+    assert {"error", "type", "message"} <= set(d) <= {"error", "type", "message", "reason"}
+    assert isinstance(d["error"], str) and d["error"] == d["message"]
     return str(d["error"])
 
 
@@ -133,12 +134,17 @@ async def test_unknown_and_expired_sessions(proxy: Proxy, http: aiohttp.ClientSe
         ("POST", "/sessions/nope/samples"),
         ("DELETE", "/sessions/nope"),
     ):
-        async with http.request(method, proxy.url + path) as r:
-            assert r.status == 404 and "never existed" in err(await r.read())
+        async with http.request(method, proxy.url + path,
+                                headers={"Content-Type": "application/json"}) as r:
+            data = await r.read()
+            assert r.status == 404 and "never existed" in err(data)
+            assert orjson.loads(data)["reason"] == "never_existed"
     sid = await create(http, proxy, ttl=60)
     proxy.registry.get(sid).last_used -= 120  # idle past its TTL
     status, data = await post(http, f"{proxy.url}/sessions/{sid}/samples", {})
     assert status == 404 and "expired" in err(data)
+    assert orjson.loads(data) | {"error": ""} == {
+        "error": "", "type": "SessionError", "message": err(data), "reason": "expired"}
 
 
 async def test_collect_tracks_new_turns(proxy: Proxy, http: aiohttp.ClientSession) -> None:
@@ -428,3 +434,63 @@ async def test_multi_megabyte_payload_streams(proxy: Proxy) -> None:
         (s,) = await client.samples(info.session_id)
         assert s.tokens.shape == (2 * n,) and int(s.loss_mask.sum()) == n
         assert s.equals(assemble(t, computed={"session_id": info.session_id})[0])
+
+
+async def test_every_session_route_needs_the_trainer_token(proxy: Proxy) -> None:
+    # A harness holds its session's secret and the proxy URL; neither opens /sessions.
+    session = proxy.create_session()
+    routes = [("POST", "/sessions"), ("GET", f"/sessions/{session.id}"),
+              ("POST", f"/sessions/{session.id}/samples"), ("DELETE", f"/sessions/{session.id}")]
+    async with aiohttp.ClientSession() as http:
+        for auth in (None, f"Bearer {session.secret}", "Bearer wrong", TOKEN):
+            headers = {"Content-Type": "application/json"}
+            if auth is not None:
+                headers["Authorization"] = auth
+            for method, path in routes:
+                async with http.request(method, proxy.url + path, data=b"{}",
+                                        headers=headers) as r:
+                    data = await r.read()
+                    assert r.status == 401, (auth, method, path)
+                    assert "session token" in err(data)
+    assert session.id in proxy.registry and len(proxy.registry) == 1
+    async with SessionClient(proxy.url, token="wrong") as client:
+        with pytest.raises(ProxyError, match="session token"):
+            await client.get(session.id)
+    async with SessionClient(proxy.url) as client:  # TRACEWIRE_SESSION_TOKEN by default
+        assert (await client.get(session.id))["session_id"] == session.id
+
+
+async def test_post_bodies_must_be_json(proxy: Proxy, http: aiohttp.ClientSession) -> None:
+    # text/plain needs no CORS preflight, so a web page could send it; it is refused.
+    sid = await create(http, proxy)
+    for path in ("/sessions", f"/sessions/{sid}/samples"):
+        for ctype in ("text/plain", "application/x-www-form-urlencoded", None):
+            headers = {} if ctype is None else {"Content-Type": ctype}
+            async with http.post(proxy.url + path, data=b"{}", headers=headers) as r:
+                assert r.status == 415, (path, ctype)
+                assert "application/json" in err(await r.read())
+    assert len(proxy.registry) == 1
+
+
+async def test_token_from_config_env_or_generated(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert Proxy(DEAD_UPSTREAM).session_token == TOKEN
+    p = Proxy(DEAD_UPSTREAM, config=ProxyConfig(session_token="given"))
+    assert p.session_token == "given" and not p.session_token_generated
+    monkeypatch.delenv(TOKEN_ENV)
+    a, b = Proxy(DEAD_UPSTREAM), Proxy(DEAD_UPSTREAM)
+    assert a.session_token_generated and len(a.session_token) > 20
+    assert a.session_token != b.session_token
+
+
+async def test_client_rebuilds_the_servers_error_with_its_reason(proxy: Proxy) -> None:
+    async with SessionClient(proxy.url) as client:
+        info = await client.create()
+        with pytest.raises(SessionError) as never:
+            await client.get("missing")
+        assert never.value.reason == GoneReason.NEVER_EXISTED
+        await client.delete(info.session_id)
+        with pytest.raises(SessionError) as gone:
+            await client.get(info.session_id)
+        assert gone.value.reason == GoneReason.DELETED
+        with pytest.raises(ProxyError, match=r"\$\.ttl"):  # a 400 names the field
+            await client.create(ttl=-1)

@@ -13,15 +13,17 @@ from dataclasses import dataclass
 from typing import Any, Literal, overload
 
 import aiohttp
+import msgspec
 import orjson
 
-from .._errors import HookError, LimitError, ProxyError, SampleError, SessionError
-from ._codec import decode_samples
-from ._sample import Sample
+from .._errors import ProxyError
+from .._wire_errors import error_from_body
+from ..samples import Sample, decode_samples, to_torch
+from ._spec import TOKEN_ENV, SessionSpec, token_from_env
 
-__all__ = ["SessionClient", "SessionInfo", "SyncSessionClient", "to_torch"]
+__all__ = ["SessionClient", "SessionInfo", "SyncSessionClient"]
 
-log = logging.getLogger("tracewire.samples")
+log = logging.getLogger("tracewire.sessions")
 
 Tensors = Literal["numpy", "torch"]
 
@@ -39,62 +41,29 @@ class SessionInfo:
     ttl: float | None = None
 
 
-def to_torch(samples: list[Sample]) -> list[dict[str, Any]]:
-    """Samples as dicts of torch tensors (``tokens``, ``loss_mask``, ``logprobs``) plus the
-    scalar fields; needs torch installed."""
-    try:
-        import torch
-    except ImportError as exc:
-        raise ImportError("tensors='torch' needs torch installed") from exc
-    out: list[dict[str, Any]] = []
-    for s in samples:
-        # Decoded arrays are read-only views of the payload; torch wants writable memory.
-        d: dict[str, Any] = {
-            "tokens": torch.from_numpy(s.tokens.copy()),
-            "loss_mask": torch.from_numpy(s.loss_mask.copy()),
-            "logprobs": None if s.logprobs is None else torch.from_numpy(s.logprobs.copy()),
-        }
-        for name in (
-            "status",
-            "prompt_len",
-            "leaf",
-            "trace_id",
-            "group_id",
-            "group_index",
-            "finish_reason",
-            "metadata",
-            "spans",
-            "empty_reason",
-        ):
-            d[name] = getattr(s, name)
-        d["response_len"] = s.response_len
-        out.append(d)
-    return out
-
-
 def _raise_for(status: int, body: bytes) -> None:
+    # The server sends the error's class, message and reason; rebuild that error here.
     try:
-        msg = str(orjson.loads(body).get("error", ""))
-    except (orjson.JSONDecodeError, AttributeError):
-        msg = body[:200].decode("utf-8", "replace")
-    msg = msg or f"HTTP {status}"
-    if status == 404:
-        raise SessionError(msg)
-    if status == 422:
-        raise (HookError if msg.startswith("hook ") else SampleError)(msg)
-    if status in (413, 429):
-        raise LimitError(msg)
-    raise ProxyError(f"session API answered {status}: {msg}")
+        d = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        d = None
+    if isinstance(d, dict) and isinstance(d.get("type"), str):
+        raise error_from_body(d, default=ProxyError)
+    text = body[:200].decode("utf-8", "replace") or f"HTTP {status}"
+    raise ProxyError(f"session API answered {status}: {text}")
 
 
 class SessionClient:
     """Async client of a proxy's session API (``base`` is the proxy URL, e.g.
-    ``http://127.0.0.1:8000``)."""
+    ``http://127.0.0.1:8000``). ``token`` is the proxy's trainer token (default: the
+    ``TRACEWIRE_SESSION_TOKEN`` environment variable)."""
 
-    def __init__(self, base: str, *, timeout: float = 120.0, retries: int = 2) -> None:
+    def __init__(self, base: str, *, token: str | None = None, timeout: float = 120.0,
+                 retries: int = 2) -> None:
         if not timeout or timeout <= 0:
             raise ValueError("timeout must be a positive number of seconds")
         self.base = base.rstrip("/")
+        self.token = token if token is not None else token_from_env()
         self.timeout = timeout
         self.retries = retries
         self._http: aiohttp.ClientSession | None = None
@@ -117,8 +86,17 @@ class SessionClient:
         return self._http
 
     async def _request(self, method: str, path: str, body: Any = None) -> tuple[int, bytes]:
-        data = None if body is None else orjson.dumps(body)
-        headers = {"Content-Type": "application/json"} if data is not None else None
+        if body is None:
+            data = None
+        elif isinstance(body, bytes):
+            data = body
+        else:
+            data = orjson.dumps(body)
+        headers = {"Content-Type": "application/json"} if data is not None else {}
+        if self.token:
+            headers["Authorization"] = f"Bearer {self.token}"
+        elif path == "/sessions":
+            log.warning("no session token: pass token= or set %s", TOKEN_ENV)
         try:
             async with self._client().request(
                 method, self.base + path, data=data, headers=headers
@@ -140,16 +118,9 @@ class SessionClient:
         max_tokens: int | None = None,
     ) -> SessionInfo:
         """Create a session; point the harness's SDK at ``base_url`` with ``api_key``."""
-        body: dict[str, Any] = {"metadata": metadata or {}, "group_index": group_index}
-        for k, v in (
-            ("ttl", ttl),
-            ("group_id", group_id),
-            ("max_turns", max_turns),
-            ("max_tokens", max_tokens),
-        ):
-            if v is not None:
-                body[k] = v
-        status, data = await self._request("POST", "/sessions", body)
+        spec = SessionSpec(metadata=metadata or {}, ttl=ttl, group_id=group_id,
+                           group_index=group_index, max_turns=max_turns, max_tokens=max_tokens)
+        status, data = await self._request("POST", "/sessions", msgspec.json.encode(spec))
         if status >= 300:
             _raise_for(status, data)
         d = orjson.loads(data)
@@ -277,9 +248,10 @@ class SyncSessionClient:
     """Blocking wrapper of :class:`SessionClient` for synchronous trainer code (runs its
     own event loop; do not use from inside a running loop)."""
 
-    def __init__(self, base: str, *, timeout: float = 120.0, retries: int = 2) -> None:
+    def __init__(self, base: str, *, token: str | None = None, timeout: float = 120.0,
+                 retries: int = 2) -> None:
         self._loop = asyncio.new_event_loop()
-        self._client = SessionClient(base, timeout=timeout, retries=retries)
+        self._client = SessionClient(base, token=token, timeout=timeout, retries=retries)
 
     def _run(self, coro: Any) -> Any:
         return self._loop.run_until_complete(coro)
