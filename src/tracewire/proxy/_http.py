@@ -7,6 +7,8 @@ from typing import Any
 import orjson
 from aiohttp import web
 
+from .._errors import TracewireError
+
 __all__ = ["BadRequest", "error_response", "sse", "sse_error"]
 
 _ANTHROPIC_TYPES = {
@@ -21,8 +23,9 @@ _OPENAI_TYPES = {
 }
 
 
-class BadRequest(Exception):
-    """Raised inside handlers for a 4xx answer in the request's dialect."""
+class BadRequest(TracewireError, ValueError):
+    """Raised inside handlers for a 4xx answer in the request's dialect (a ``ValueError``:
+    the request, not the proxy, is at fault)."""
 
     def __init__(self, status: int, message: str, code: str | None = None) -> None:
         super().__init__(message)

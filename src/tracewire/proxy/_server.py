@@ -166,6 +166,8 @@ class Proxy:
         auth = request.headers.get("Authorization", "")
         secret = auth[7:].strip() if auth[:7].lower() == "bearer " else ""
         secret = secret or request.headers.get("x-api-key", "")
+        if not secret.isascii():  # secrets are ASCII; others cannot match (nor encode)
+            secret = ""
         sid = request.match_info.get("sid")
         if sid is not None:
             try:
@@ -196,6 +198,8 @@ class Proxy:
             return await request.read()
         except web.HTTPRequestEntityTooLarge as exc:
             raise BadRequest(413, f"request body over {limit} bytes") from exc
+        except web.RequestPayloadError as exc:  # e.g. Content-Encoding: gzip, body is not
+            raise BadRequest(400, f"unreadable request body: {exc.__cause__ or exc}") from exc
 
     async def _offload(self, size: int, fn: Callable[..., T], *args: Any) -> T:
         # Big bodies are parsed and hashed off the event loop.
