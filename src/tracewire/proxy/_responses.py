@@ -116,6 +116,13 @@ def to_chat(body: dict[str, Any], tool_args: Mapping[str, str] | None = None
     -> the arguments text the model produced) restores echoed tool calls."""
     if body.get("previous_response_id"):
         raise BadRequest(400, "previous_response_id is not supported; send the full input")
+    # Echoed in every reply (see _response): they must encode.
+    for k in ("tools", "tool_choice"):
+        check_depth(body.get(k), k)
+    meta = body.get("metadata")
+    if meta is not None and not (isinstance(meta, dict) and all(
+            isinstance(v, str) for v in meta.values())):
+        fail("metadata", "must be an object of strings")
     msgs: list[dict[str, Any]] = []
     instructions = opt_str(body, "instructions", "")
     if instructions:

@@ -199,7 +199,9 @@ class Proxy:
         except web.HTTPRequestEntityTooLarge as exc:
             raise BadRequest(413, f"request body over {limit} bytes") from exc
         except web.RequestPayloadError as exc:  # e.g. Content-Encoding: gzip, body is not
-            raise BadRequest(400, f"unreadable request body: {exc.__cause__ or exc}") from exc
+            request.content.feed_eof()  # nothing more to drain; the connection closes
+            why = getattr(exc.__cause__, "message", "") or str(exc)
+            raise BadRequest(400, f"unreadable request body: {why}", close=True) from exc
 
     async def _offload(self, size: int, fn: Callable[..., T], *args: Any) -> T:
         # Big bodies are parsed and hashed off the event loop.
@@ -215,7 +217,7 @@ class Proxy:
             try:
                 return await self._turn(request, adapter)
             except BadRequest as e:
-                return error_response(adapter.dialect, e.status, e.message, e.code)
+                return e.response(adapter.dialect)
 
         return handle
 
@@ -246,7 +248,7 @@ class Proxy:
             body = await self._body(request)
             up = await self._offload(len(body), self._adapters["messages"].parse, body)
         except BadRequest as e:
-            return error_response("anthropic", e.status, e.message)
+            return e.response("anthropic")
         assert self._client is not None
         try:
             n = await count_tokens_request(self._client, self.upstream, up, self._upstream_headers)
