@@ -14,8 +14,7 @@ import anthropic
 import orjson
 import pytest
 
-from tracewire.proxy import Proxy
-from tracewire.proxy._session import Session
+from tracewire.proxy import Proxy, Session
 
 from .fake_upstream import Fake
 from .readable import assert_codec_roundtrip, assert_store_roundtrip

@@ -285,7 +285,7 @@ class Proxy:
         if sp is not None:
             up = await self._offload(len(sp.rest), adapter.parse_spliced, sp)
         if up is None:
-            up = await self._offload(len(body), adapter.parse, body)
+            up = await self._offload(len(body), adapter.parse, body, session.tool_args)
         hooks: list[str] = []
         if self.config.request_hooks:
             d = up.as_dict()
@@ -324,6 +324,8 @@ class Proxy:
             if call.span.end is None:
                 call.span.end = time.time()
             nodes = session.graph.commit(prep, out, call, up.all_messages)
+            for ch in out.choices:  # H6 stand-in for H1's Session.tool_args fill
+                session.tool_args.update((tc.id, tc.arguments) for tc in ch.tool_calls if tc.id)
             span = up.msgs_span
             if nodes and span is not None and up.hasher is not None:
                 last = session.trace.nodes[nodes[0]].parent

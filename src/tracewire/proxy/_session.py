@@ -49,6 +49,9 @@ class Session:
         self.turns = 0
         self.last_total_tokens = 0
         self.graph = TurnGraph(self.trace)
+        #: Tool-call id -> the arguments text the model produced (translated dialects echo
+        #: a call back as this text, not a re-serialization of the parsed arguments).
+        self.tool_args: dict[str, str] = {}
         self._proxy_url = proxy_url
         # Recently committed answers by retry key, so SDK retries do not commit twice.
         self._answers: OrderedDict[str, Any] = OrderedDict()
