@@ -132,7 +132,15 @@ def opt_list(d: Mapping[str, Any], key: str, where: str = "") -> list[Any] | Non
     return v
 
 
+_MSG_STR_KEYS = ("tool_call_id", "name", "reasoning_content", "reasoning")
+
+
+def _not_str(x: object) -> bool:
+    return x is not None and not isinstance(x, str)
+
+
 def _check_chat_dict(d: Any, where: str) -> None:
+    # Every turn checks its new messages: the where-strings are built only on failure.
     if not isinstance(d, dict):
         fail(where, f"each message must be an object, got {type_name(d)}")
     if not isinstance(d.get("role"), str):
@@ -143,23 +151,28 @@ def _check_chat_dict(d: Any, where: str) -> None:
             if not isinstance(part, dict):
                 fail(f"{where}.content[{j}]", f"must be an object, got {type_name(part)}")
         check_depth(content, f"{where}.content")
-    elif content is not None and not isinstance(content, str):
+    elif _not_str(content):
         fail(f"{where}.content", f"must be a string, an array of parts or null, got "
                                  f"{type_name(content)}")
-    for key in ("tool_call_id", "name", "reasoning_content", "reasoning"):
-        opt_str(d, key, where)
+    for key in _MSG_STR_KEYS:
+        if _not_str(d.get(key)):
+            opt_str(d, key, where)  # raises, naming the field
     tcs = d.get("tool_calls")
     if tcs is None:
         return
     if not isinstance(tcs, list):
         fail(f"{where}.tool_calls", f"must be an array, got {type_name(tcs)}")
     for j, tc in enumerate(tcs):
+        fn = tc.get("function") if isinstance(tc, dict) else None
+        if (isinstance(fn, dict) and not _not_str(tc.get("id"))
+                and not _not_str(tc.get("type")) and not _not_str(fn.get("name"))
+                and isinstance(fn.get("arguments", ""), str)):
+            continue  # the common case, checked without building names
         w = f"{where}.tool_calls[{j}]"
         if not isinstance(tc, dict):
             fail(w, f"must be an object, got {type_name(tc)}")
         opt_str(tc, "id", w)
         opt_str(tc, "type", w)
-        fn = tc.get("function")
         if not isinstance(fn, dict):
             fail(f"{w}.function", f"must be an object, got {type_name(fn)}")
         opt_str(fn, "name", f"{w}.function")
