@@ -56,7 +56,7 @@ if TYPE_CHECKING:  # the same names the lazy loader below resolves, typed for my
     from .env import Environment
     from .model import ModelServer
     from .proxy import Proxy
-    from .samples import SessionClient
+    from .sessions import SessionClient
     from .serve import EnvClient
     from .store import Run, open_run
 

@@ -39,11 +39,12 @@ class Rollouts(Protocol):
 class LocalRollouts:
     """Rollouts in this process, through one proxy in front of the model server."""
 
-    def __init__(self, env: Environment, plan: RolloutPlan, proxy: Proxy, model: str) -> None:
+    def __init__(self, env: Environment, plan: RolloutPlan, proxy: Proxy, upstream: str,
+                 model: str) -> None:
         self.env = env
         self.plan = plan
         self.proxy = proxy
-        self.upstream = proxy.upstream
+        self.upstream = upstream
         self.model = model
 
     async def rollout(self, run: Run, task: Task, episode: Episode) -> Episode:
@@ -74,7 +75,7 @@ async def local_rollouts(env: Environment, plan: RolloutPlan) -> AsyncIterator[L
             if env.harness.uses_sdk:
                 await http_client()
             try:
-                yield LocalRollouts(env, plan, proxy, model)
+                yield LocalRollouts(env, plan, proxy, upstream, model)
             finally:
                 await close_http_client()
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Mapping
 from typing import Any
 
 import aiohttp
@@ -13,6 +14,19 @@ from ._dialect import Adapter, Streamer, UpReq, up_from_dict
 from ._graph import Outcome
 from ._http import BadRequest, sse
 from ._rawjson import RawSpan
+from ._validate import (
+    check_depth,
+    exact_arguments,
+    fail,
+    load_object,
+    opt_bool,
+    opt_int,
+    opt_list,
+    opt_number,
+    opt_str,
+    req_str,
+    type_name,
+)
 
 __all__ = ["AnthropicAdapter", "count_tokens_request"]
 
@@ -20,107 +34,197 @@ _STOP = {"stop": "end_turn", "tool_calls": "tool_use", "length": "max_tokens",
          "content_filter": "refusal"}
 
 
-def _text(content: Any) -> str:
+def _text(content: Any, where: str) -> str:
+    """A string, or the text of a list of text blocks (other block kinds are refused)."""
     if isinstance(content, str):
         return content
-    if isinstance(content, list):
-        return "".join(str(b.get("text", "")) for b in content
-                       if isinstance(b, dict) and b.get("type") == "text")
-    return ""
+    if not isinstance(content, list):
+        fail(where, f"must be a string or an array of text blocks, got {type_name(content)}")
+    out = []
+    for j, b in enumerate(content):
+        w = f"{where}[{j}]"
+        if not isinstance(b, dict) or b.get("type") != "text":
+            fail(w, "must be a text block")
+        out.append(req_str(b, "text", w))
+    return "".join(out)
 
 
-def _image(block: dict[str, Any]) -> dict[str, Any]:
-    src = block.get("source") or {}
-    if src.get("type") == "base64":
-        url = f"data:{src.get('media_type', 'image/png')};base64,{src.get('data', '')}"
+def _result_text(content: Any, where: str) -> str:
+    """A tool_result's content: a string or blocks, whose text is kept (images dropped, as
+    a chat tool message holds text)."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        fail(where, f"must be a string or an array of blocks, got {type_name(content)}")
+    out = []
+    for j, b in enumerate(content):
+        w = f"{where}[{j}]"
+        if not isinstance(b, dict) or not isinstance(b.get("type"), str):
+            fail(w, "must be a content block (an object with a string type)")
+        if b["type"] == "text":
+            out.append(req_str(b, "text", w))
+    return "".join(out)
+
+
+def _image(block: dict[str, Any], where: str) -> dict[str, Any]:
+    src = block.get("source")
+    w = f"{where}.source"
+    if not isinstance(src, dict):
+        fail(w, f"must be an object, got {type_name(src)}")
+    kind = req_str(src, "type", w)
+    if kind == "base64":
+        url = f"data:{opt_str(src, 'media_type', w, 'image/png')};base64,{req_str(src, 'data', w)}"
+    elif kind == "url":
+        url = req_str(src, "url", w)
     else:
-        url = str(src.get("url", ""))
+        fail(f"{w}.type", f"unsupported image source type {kind!r}")
     return {"type": "image_url", "image_url": {"url": url}}
 
 
-def to_chat(body: dict[str, Any]) -> dict[str, Any]:
-    """The chat-completions request an Anthropic Messages request means."""
+def _assistant(content: list[Any], where: str, tool_args: Mapping[str, str] | None
+               ) -> dict[str, Any]:
+    texts, calls = [], []
+    for j, b in enumerate(content):
+        w = f"{where}[{j}]"
+        if not isinstance(b, dict) or not isinstance(b.get("type"), str):
+            fail(w, "must be a content block (an object with a string type)")
+        t = b["type"]
+        if t == "text":
+            texts.append(req_str(b, "text", w))
+        elif t == "tool_use":
+            cid = req_str(b, "id", w)
+            inp = b.get("input", {})
+            if not isinstance(inp, dict):
+                fail(f"{w}.input", f"must be an object, got {type_name(inp)}")
+            check_depth(inp, f"{w}.input")
+            # The text the model sampled, not a re-serialization of ``input``: the next
+            # prompt then extends the recorded tokens.
+            args = exact_arguments(cid, inp, tool_args) or orjson.dumps(inp).decode()
+            calls.append({"id": cid, "type": "function", "function": {
+                "name": req_str(b, "name", w), "arguments": args}})
+        # thinking and server-tool blocks are not part of a chat assistant message
+    msg: dict[str, Any] = {"role": "assistant", "content": "".join(texts) or None}
+    if calls:
+        msg["tool_calls"] = calls
+    return msg
+
+
+def _user(content: list[Any], where: str, out: list[dict[str, Any]]) -> None:
+    parts: list[dict[str, Any]] = []
+    for j, b in enumerate(content):
+        w = f"{where}[{j}]"
+        t = b.get("type") if isinstance(b, dict) else None
+        if t == "tool_result":
+            out.append({"role": "tool", "tool_call_id": req_str(b, "tool_use_id", w),
+                        "content": _result_text(b.get("content"), f"{w}.content")})
+        elif t == "text":
+            parts.append({"type": "text", "text": req_str(b, "text", w)})
+        elif t == "image":
+            parts.append(_image(b, w))
+        else:
+            fail(w, f"unsupported content block type {t!r}")
+    if parts:
+        only_text = all(p["type"] == "text" for p in parts)
+        out.append({"role": "user",
+                    "content": "".join(p["text"] for p in parts) if only_text else parts})
+
+
+def _tools(body: dict[str, Any]) -> list[dict[str, Any]] | None:
+    tools = opt_list(body, "tools")
+    if not tools:
+        return None
+    out = []
+    for j, t in enumerate(tools):
+        w = f"tools[{j}]"
+        if not isinstance(t, dict):
+            fail(w, f"must be an object, got {type_name(t)}")
+        schema = t.get("input_schema", {"type": "object"})
+        if not isinstance(schema, dict):
+            fail(f"{w}.input_schema", f"must be an object, got {type_name(schema)}")
+        check_depth(schema, f"{w}.input_schema")
+        out.append({"type": "function", "function": {
+            "name": req_str(t, "name", w), "description": opt_str(t, "description", w, ""),
+            "parameters": schema}})
+    return out
+
+
+def _tool_choice(tc: Any) -> Any:
+    if not isinstance(tc, dict):
+        fail("tool_choice", f"must be an object, got {type_name(tc)}")
+    kind = req_str(tc, "type", "tool_choice")
+    simple = {"auto": "auto", "any": "required", "none": "none"}
+    if kind in simple:
+        return simple[kind]
+    if kind != "tool":
+        fail("tool_choice.type", f"unsupported tool choice {kind!r}")
+    return {"type": "function", "function": {"name": req_str(tc, "name", "tool_choice")}}
+
+
+def to_chat(body: dict[str, Any], tool_args: Mapping[str, str] | None = None
+            ) -> dict[str, Any]:
+    """The chat-completions request an Anthropic Messages request means; ``tool_args``
+    (tool-call id -> the arguments text the model produced) restores echoed tool calls."""
     msgs = body.get("messages")
     if not isinstance(msgs, list):
         raise BadRequest(400, "'messages' must be a list")
-    if not isinstance(body.get("max_tokens", 0), int):
-        raise BadRequest(400, "'max_tokens' must be an integer")
+    opt_int(body, "max_tokens")
     out: list[dict[str, Any]] = []
     system = body.get("system")
-    if system:
-        out.append({"role": "system", "content": _text(system)})
-    for m in msgs:
-        if not isinstance(m, dict) or m.get("role") not in ("user", "assistant"):
-            raise BadRequest(400, "each message needs role 'user' or 'assistant'")
-        role, content = m["role"], m.get("content")
+    if system is not None:
+        text = _text(system, "system")
+        if text:
+            out.append({"role": "system", "content": text})
+    for i, m in enumerate(msgs):
+        where = f"messages[{i}]"
+        role = m.get("role") if isinstance(m, dict) else None
+        if role not in ("user", "assistant", "system"):
+            raise BadRequest(400, f"{where}: each message needs role 'user', 'assistant' "
+                                  "or 'system'")
+        content = m.get("content")
+        if role == "system":  # Claude Code puts system prompts inside the messages
+            out.append({"role": "system", "content": _text(content, f"{where}.content")})
+            continue
         if isinstance(content, str):
             out.append({"role": role, "content": content})
             continue
         if not isinstance(content, list):
-            raise BadRequest(400, "message content must be a string or a list of blocks")
+            fail(f"{where}.content", "must be a string or a list of blocks, got "
+                                     f"{type_name(content)}")
         if role == "assistant":
-            texts, calls = [], []
-            for b in content:
-                t = b.get("type") if isinstance(b, dict) else None
-                if t == "text":
-                    texts.append(str(b.get("text", "")))
-                elif t == "tool_use":
-                    calls.append({"id": str(b.get("id", "")), "type": "function", "function": {
-                        "name": str(b.get("name", "")),
-                        "arguments": orjson.dumps(b.get("input", {})).decode()}})
-            msg: dict[str, Any] = {"role": "assistant", "content": "".join(texts) or None}
-            if calls:
-                msg["tool_calls"] = calls
-            out.append(msg)
-            continue
-        parts: list[dict[str, Any]] = []
-        for b in content:
-            t = b.get("type") if isinstance(b, dict) else None
-            if t == "tool_result":
-                out.append({"role": "tool", "tool_call_id": str(b.get("tool_use_id", "")),
-                            "content": _text(b.get("content", ""))})
-            elif t == "text":
-                parts.append({"type": "text", "text": str(b.get("text", ""))})
-            elif t == "image":
-                parts.append(_image(b))
-            else:
-                raise BadRequest(400, f"unsupported content block type {t!r}")
-        if parts:
-            only_text = all(p["type"] == "text" for p in parts)
-            out.append({"role": "user",
-                        "content": "".join(p["text"] for p in parts) if only_text else parts})
-    chat: dict[str, Any] = {"model": body.get("model", ""), "messages": out}
+            out.append(_assistant(content, f"{where}.content", tool_args))
+        else:
+            _user(content, f"{where}.content", out)
+    chat: dict[str, Any] = {"model": opt_str(body, "model", "", ""), "messages": out}
     if "tracewire" in body:  # the built-in model's forcing extension travels as is
+        check_depth(body["tracewire"], "tracewire")
         chat["tracewire"] = body["tracewire"]
-    if "max_tokens" in body:
+    if body.get("max_tokens") is not None:
         chat["max_tokens"] = body["max_tokens"]
-    for k in ("temperature", "top_p", "top_k", "stream"):
-        if k in body:
+    for k in ("temperature", "top_p", "top_k"):
+        if opt_number(body, k) is not None:
             chat[k] = body[k]
-    if body.get("stop_sequences"):
-        chat["stop"] = body["stop_sequences"]
-    tools = body.get("tools")
+    if opt_bool(body, "stream") is not None:
+        chat["stream"] = body["stream"]
+    stops = opt_list(body, "stop_sequences")
+    if stops:
+        for j, x in enumerate(stops):
+            if not isinstance(x, str):
+                fail(f"stop_sequences[{j}]", f"must be a string, got {type_name(x)}")
+        chat["stop"] = stops
+    tools = _tools(body)
     if tools:
-        chat["tools"] = [{"type": "function", "function": {
-            "name": t.get("name"), "description": t.get("description", ""),
-            "parameters": t.get("input_schema", {"type": "object"})}} for t in tools]
-    tc = body.get("tool_choice")
-    if isinstance(tc, dict):
-        kind = tc.get("type")
-        chat["tool_choice"] = {"auto": "auto", "any": "required", "none": "none"}.get(
-            str(kind), {"type": "function", "function": {"name": tc.get("name")}})
+        chat["tools"] = tools
+    if body.get("tool_choice") is not None:
+        chat["tool_choice"] = _tool_choice(body["tool_choice"])
     return chat
 
 
-def parse(body: bytes) -> UpReq:
+def parse(body: bytes, tool_args: Mapping[str, str] | None = None) -> UpReq:
     """Parse and translate an Anthropic request body."""
-    try:
-        d = orjson.loads(body)
-    except orjson.JSONDecodeError as exc:
-        raise BadRequest(400, f"malformed JSON body: {exc}") from exc
-    if not isinstance(d, dict):
-        raise BadRequest(400, "the body must be a JSON object")
-    return up_from_dict(to_chat(d), d, body)
+    d = load_object(body)
+    return up_from_dict(to_chat(d, tool_args), d, body)
 
 
 def _blocks(out: Outcome) -> list[dict[str, Any]]:
@@ -217,8 +321,8 @@ class AnthropicAdapter(Adapter):
     endpoint = "messages"
     dialect = "anthropic"
 
-    def parse(self, body: bytes) -> UpReq:
-        return parse(body)
+    def parse(self, body: bytes, tool_args: Mapping[str, str] | None = None) -> UpReq:
+        return parse(body, tool_args)
 
     def reply(self, up: UpReq, d: dict[str, Any], out: Outcome, raw: bytes | None) -> bytes:
         ch = out.choices[0] if out.choices else None

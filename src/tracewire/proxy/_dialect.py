@@ -5,16 +5,18 @@ render upstream answers back (OpenAI chat is a pass-through; see ``_anthropic`` 
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
 import orjson
 
-from ._graph import NewMessage, Outcome, RequestCache, canonical_digest, chat_message, raw_hash
+from ._graph import NewMessage, Outcome, RequestCache, canonical_digest, raw_hash
 from ._http import BadRequest, sse
 from ._rawjson import SENTINEL_JSON, RawSpan, find_value, render, skip_ws, skip_ws_back
 from ._upstream import strip_added
+from ._validate import check_depth, checked_message, fail, load_json, type_name
 
 __all__ = ["SAMPLING_KEYS", "Adapter", "ChatAdapter", "Spliced", "Streamer", "UpReq"]
 
@@ -70,13 +72,16 @@ class UpReq:
         """The chat request as a dict (decodes the pass-through form once)."""
         if self.body is None:
             assert self.top is not None
-            self.body = {k: orjson.loads(v) for k, v in self.top.items()}
+            self.body = {k: load_json(v, k) for k, v in self.top.items()}
         return self.body
 
     def upstream_bytes(self, token_fields: dict[str, Any]) -> bytes:
         """The JSON body sent upstream, with the token fields added."""
         if self.body is not None:
-            return orjson.dumps({**self.body, **token_fields})
+            try:
+                return orjson.dumps({**self.body, **token_fields})
+            except TypeError as exc:  # nested past what orjson writes (a hook's body)
+                raise BadRequest(400, f"the request cannot be forwarded: {exc}") from exc
         assert self.top is not None
         raw = self.raw_body
         if raw is not None and not any(k in self.top for k in token_fields):
@@ -101,8 +106,8 @@ class UpReq:
             assert self.top is not None
             raws = [bytes(r) for r in _decode_list(self.top["messages"])]
             out = []
-            for raw in raws:
-                msg = chat_message(orjson.loads(raw))
+            for i, raw in enumerate(raws):
+                msg = checked_message(raw, f"messages[{i}]")
                 out.append(NewMessage(msg, canonical_digest(msg), raw_hash(raw)))
             return out
         return self.new_messages(0)
@@ -112,15 +117,20 @@ class UpReq:
         digested (with raw hashes if any)."""
         if self.raws is not None:
             assert self.hashes is not None
+            # After a spliced prefix the index counts from the first new message.
+            at = "messages[+{}]" if self.extends else "messages[{}]"
             out = []
-            for raw, h in zip(self.raws[start:], self.hashes[start:], strict=True):
-                msg = chat_message(orjson.loads(raw))
+            for i, (raw, h) in enumerate(zip(self.raws[start:], self.hashes[start:],
+                                             strict=True), start):
+                msg = checked_message(raw, at.format(i))
                 out.append(NewMessage(msg, canonical_digest(msg), h))
             return out
         msgs = self.as_dict().get("messages") or []
+        if not isinstance(msgs, list):
+            fail("messages", f"must be an array, got {type_name(msgs)}")
         out = []
-        for d in msgs[start:]:
-            msg = chat_message(d)
+        for i, d in enumerate(msgs[start:], start):
+            msg = checked_message(d, f"messages[{i}]")
             out.append(NewMessage(msg, canonical_digest(msg), None))
         return out
 
@@ -128,14 +138,18 @@ class UpReq:
 def _scalars(up: UpReq, get: Any) -> None:
     up.stream = bool(get("stream"))
     model = get("model")
-    up.model = model if isinstance(model, str) else ""
+    if model is not None and not isinstance(model, str):
+        fail("model", f"must be a string, got {type_name(model)}")
+    up.model = model or ""
     up.sampling = {k: v for k in SAMPLING_KEYS if (v := get(k)) is not None}
+    for k, v in up.sampling.items():  # recorded on the Call
+        check_depth(v, k)
 
 
 def _finish(up: UpReq, tb: dict[str, bytes]) -> UpReq:
     def get(k: str) -> Any:
         v = tb.get(k)
-        return None if v is None else orjson.loads(v)
+        return None if v is None else load_json(v, k)
 
     _scalars(up, get)
     up.want_ids = bool(get("return_token_ids"))
@@ -162,6 +176,8 @@ def parse_chat_bytes(body: bytes) -> UpReq:
         raws = _decode_list(top["messages"])
     except (msgspec.DecodeError, msgspec.ValidationError) as exc:
         raise BadRequest(400, f"malformed JSON body: {exc}") from exc
+    except RecursionError as exc:  # msgspec walks nesting on the C stack
+        raise BadRequest(400, "malformed JSON body: nested too deep") from exc
     tb = {k: bytes(v) for k, v in top.items()}
     rb = [bytes(r) for r in raws]
     hashes = [raw_hash(r) for r in rb]
@@ -205,7 +221,7 @@ def parse_spliced(sp: Spliced) -> UpReq | None:
         top = _decode_top(sp.rest)
         mraw = top.get("messages")
         raws = _decode_list(mraw) if mraw is not None else []
-    except (msgspec.DecodeError, msgspec.ValidationError):
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
         return None
     if not raws or bytes(raws[0]) != SENTINEL_JSON or mraw is None:
         return None
@@ -261,8 +277,10 @@ class Adapter:
         #: Extra upstream request fields that ask for token ids and logprobs.
         self.token_fields = token_fields
 
-    def parse(self, body: bytes) -> UpReq:
-        """Parse (and translate) a harness request body; ``BadRequest`` if malformed."""
+    def parse(self, body: bytes, tool_args: Mapping[str, str] | None = None) -> UpReq:
+        """Parse (and translate) a harness request body; ``BadRequest`` if malformed.
+        ``tool_args`` maps tool-call ids to the arguments text the model produced, so a
+        translated dialect echoes a tool call back as that text."""
         raise NotImplementedError
 
     def splice(self, body: bytes, cache: RequestCache | None) -> Spliced | None:
@@ -303,8 +321,8 @@ class ChatAdapter(Adapter):
     endpoint = "chat"
     dialect = "openai"
 
-    def parse(self, body: bytes) -> UpReq:
-        return parse_chat_bytes(body)
+    def parse(self, body: bytes, tool_args: Mapping[str, str] | None = None) -> UpReq:
+        return parse_chat_bytes(body)  # passed through: the harness's own text is sent
 
     def splice(self, body: bytes, cache: RequestCache | None) -> Spliced | None:
         return splice_chat(body, cache)

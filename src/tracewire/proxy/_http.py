@@ -7,6 +7,8 @@ from typing import Any
 import orjson
 from aiohttp import web
 
+from .._errors import TracewireError
+
 __all__ = ["BadRequest", "error_response", "sse", "sse_error"]
 
 _ANTHROPIC_TYPES = {
@@ -21,14 +23,22 @@ _OPENAI_TYPES = {
 }
 
 
-class BadRequest(Exception):
-    """Raised inside handlers for a 4xx answer in the request's dialect."""
+class BadRequest(TracewireError, ValueError):
+    """Raised inside handlers for a 4xx answer in the request's dialect (a ``ValueError``:
+    the request, not the proxy, is at fault)."""
 
-    def __init__(self, status: int, message: str, code: str | None = None) -> None:
+    def __init__(self, status: int, message: str, code: str | None = None, *,
+                 close: bool = False) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
         self.code = code
+        #: The connection cannot carry another request (its body could not be read).
+        self.close = close
+
+    def response(self, dialect: str) -> web.Response:
+        """The error response in ``dialect``'s shape."""
+        return error_response(dialect, self.status, self.message, self.code, close=self.close)
 
 
 def error_body(dialect: str, status: int, message: str, code: str | None = None) -> dict[str, Any]:
@@ -40,11 +50,14 @@ def error_body(dialect: str, status: int, message: str, code: str | None = None)
                       "param": None, "code": code}}
 
 
-def error_response(dialect: str, status: int, message: str, code: str | None = None
-                   ) -> web.Response:
-    """A JSON error response in the dialect's shape."""
+def error_response(dialect: str, status: int, message: str, code: str | None = None, *,
+                   close: bool = False) -> web.Response:
+    """A JSON error response in the dialect's shape (``close``: with ``Connection: close``)."""
     body = orjson.dumps(error_body(dialect, status, message, code))
-    return web.Response(status=status, body=body, content_type="application/json")
+    resp = web.Response(status=status, body=body, content_type="application/json")
+    if close:
+        resp.force_close()
+    return resp
 
 
 def sse(data: Any, event: str | None = None) -> bytes:

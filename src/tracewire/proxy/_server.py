@@ -168,6 +168,8 @@ class Proxy:
         auth = request.headers.get("Authorization", "")
         secret = auth[7:].strip() if auth[:7].lower() == "bearer " else ""
         secret = secret or request.headers.get("x-api-key", "")
+        if not secret.isascii():  # secrets are ASCII; others cannot match (nor encode)
+            secret = ""
         sid = request.match_info.get("sid")
         if sid is not None:
             try:
@@ -198,6 +200,10 @@ class Proxy:
             return await request.read()
         except web.HTTPRequestEntityTooLarge as exc:
             raise BadRequest(413, f"request body over {limit} bytes") from exc
+        except web.RequestPayloadError as exc:  # e.g. Content-Encoding: gzip, body is not
+            request.content.feed_eof()  # nothing more to drain; the connection closes
+            why = getattr(exc.__cause__, "message", "") or str(exc)
+            raise BadRequest(400, f"unreadable request body: {why}", close=True) from exc
 
     # -- routes ----------------------------------------------------------------------------
     def _handler(self, endpoint: str) -> Callable[[web.Request], Any]:
@@ -207,7 +213,7 @@ class Proxy:
             try:
                 session = self._auth(request)
             except BadRequest as e:
-                return error_response(adapter.dialect, e.status, e.message, e.code)
+                return e.response(adapter.dialect)
             try:
                 body = await self._body(request)
                 turn = await self._pipeline.prepare(request, adapter, session, body)
@@ -216,7 +222,7 @@ class Proxy:
                     # A request the proxy refused still says on the trace why the agent
                     # stopped; a session limit is already recorded as the trace's stop.
                     session.graph.fail(Call(endpoint=adapter.endpoint), e.message)
-                return error_response(adapter.dialect, e.status, e.message, e.code)
+                return e.response(adapter.dialect)
             if not isinstance(turn, Turn):
                 return turn
             if turn.up.stream:
@@ -233,7 +239,7 @@ class Proxy:
         try:
             self._auth(request)
         except BadRequest as e:
-            return error_response("openai", e.status, e.message)
+            return e.response("openai")
         try:
             data = await self.upstream.models()
         except UpstreamError as exc:
@@ -246,7 +252,7 @@ class Proxy:
             body = await self._body(request)
             up = await self._pipeline.offload(len(body), self._adapters["messages"].parse, body)
         except BadRequest as e:
-            return error_response("anthropic", e.status, e.message)
+            return e.response("anthropic")
         try:
             n = await self.upstream.count_tokens(up.as_dict())
         except UpstreamError as exc:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import inspect
 import logging
 import time
 from collections.abc import Callable
@@ -129,7 +128,6 @@ class TurnPipeline:
     def __init__(self, config: ProxyConfig, upstream: Upstream) -> None:
         self.config = config
         self.upstream = upstream
-        self._tool_args: dict[int, bool] = {}
 
     async def offload(self, size: int, fn: Callable[..., T], *args: Any) -> T:
         """``fn(*args)``, in a worker thread when ``size`` bytes is over the config's
@@ -137,15 +135,6 @@ class TurnPipeline:
         if size > self.config.thread_threshold_bytes:
             return await asyncio.to_thread(fn, *args)
         return fn(*args)
-
-    def _parse(self, adapter: Adapter, body: bytes, session: Session) -> UpReq:
-        takes = self._tool_args.get(id(adapter))
-        if takes is None:
-            takes = "tool_args" in inspect.signature(adapter.parse).parameters
-            self._tool_args[id(adapter)] = takes
-        if takes:
-            return adapter.parse(body, tool_args=session.tool_args)  # type: ignore[call-arg]
-        return adapter.parse(body)
 
     async def prepare(self, request: web.Request, adapter: Adapter, session: Session,
                       body: bytes) -> Turn | web.StreamResponse:
@@ -159,7 +148,7 @@ class TurnPipeline:
         if sp is not None:
             up = await off(len(sp.rest), adapter.parse_spliced, sp)
         if up is None:
-            up = await off(len(body), self._parse, adapter, body, session)
+            up = await off(len(body), adapter.parse, body, session.tool_args)
         hooks: list[str] = []
         if self.config.request_hooks:
             d = up.as_dict()
