@@ -4,12 +4,10 @@ One API shape for every format: ``encode_*`` / ``decode_*``. Decoding anything m
 raises :class:`tracewire.DecodeError` (a ``ValueError``) with a message saying what is wrong.
 """
 
+from ._arrays import Buffer
 from ._binary import (
-    CHUNK,
-    CRC_SLICE,
     RECORD_PREFIX,
     Decoded,
-    Pause,
     decode_frames,
     decode_record,
     encode_frames,
@@ -32,9 +30,8 @@ from ._headers import EpisodeHeader, TraceHeader
 from ._json import decode_json, encode_json, to_builtins
 
 __all__ = [
-    "CHUNK",
-    "CRC_SLICE",
     "RECORD_PREFIX",
+    "Buffer",
     "Cursor",
     "Decoded",
     "EpisodeAssembler",
@@ -42,7 +39,6 @@ __all__ = [
     "EpisodeHead",
     "EpisodeHeader",
     "EpisodeSender",
-    "Pause",
     "TraceDelta",
     "TraceHeader",
     "TraceSender",

@@ -7,18 +7,21 @@ for in-flight durability; ``await run.close()``. Read with ``open_run("runs/x")`
 from ._journal import Journal
 from ._layout import Layout
 from ._probe import LoopLagProbe
-from ._run import FSYNC_POLICIES, Run, open_run, remove_run
+from ._run import Run, open_run, remove_run
 from ._schema import COLUMNS, IndexRow, RecordRef
+from ._status import EpisodeStatus, FsyncPolicy, RunStatus
 
 __all__ = [
     "COLUMNS",
-    "FSYNC_POLICIES",
+    "EpisodeStatus",
+    "FsyncPolicy",
     "IndexRow",
     "Journal",
     "Layout",
     "LoopLagProbe",
     "RecordRef",
     "Run",
+    "RunStatus",
     "open_run",
     "remove_run",
 ]

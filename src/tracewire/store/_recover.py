@@ -25,6 +25,7 @@ from ._schema import (
     row_from_header,
 )
 from ._segments import recover_segments, write_parts
+from ._status import RunStatus
 
 __all__ = ["connect", "recover"]
 
@@ -103,8 +104,8 @@ def recover(layout: Layout) -> dict[str, int]:
     finally:
         conn.close()
     meta = read_meta(layout)
-    if meta.get("status") == "running":
-        meta = {**meta, "status": "interrupted", "recovered": time.time()}
+    if meta.get("status") == RunStatus.RUNNING:
+        meta = {**meta, "status": RunStatus.INTERRUPTED.value, "recovered": time.time()}
         write_meta(layout, meta)
     stats = {"rows_added": added, "bytes_truncated": cut, "journals_recovered": recovered,
              "journals_dropped": dropped}

@@ -22,11 +22,11 @@ from ._layout import Layout, new_meta, read_meta, store_error, write_meta
 from ._recover import connect, recover
 from ._schema import COLUMNS, IndexRow, RecordRef
 from ._segments import read_record
+from ._status import FsyncPolicy, RunStatus
 from ._writer import AppendItem, FlushItem, JournalItem, Writer
 
-__all__ = ["FSYNC_POLICIES", "Run", "open_run"]
+__all__ = ["Run", "open_run"]
 
-FSYNC_POLICIES = ("always", "interval", "never")
 Buffer = bytes | bytearray | memoryview
 _SELECT = ", ".join(f'"{c}"' for c in COLUMNS)
 _ORDER = {"seq", *COLUMNS}
@@ -63,7 +63,7 @@ class Run:
         path: str | os.PathLike[str],
         *,
         meta: dict[str, Any] | None = None,
-        fsync: str = "interval",
+        fsync: FsyncPolicy | str = FsyncPolicy.INTERVAL,
         interval: float = 0.1,
         segment_bytes: int = 256 << 20,
         max_queued: int = 64,
@@ -73,11 +73,15 @@ class Run:
         """Open ``path`` for appending: a new run, or with ``resume`` an existing one
         (recovered first; its new episodes are appended after the old ones).
 
-        ``fsync``: ``"always"`` (each append returns after its bytes are synced),
-        ``"interval"`` (group commit at most every ``interval`` s) or ``"never"``.
+        ``fsync`` (a :class:`FsyncPolicy` or its string): ``"always"`` (each append returns
+        after its bytes are synced), ``"interval"`` (group commit at most every ``interval``
+        s) or ``"never"``.
         """
-        if fsync not in FSYNC_POLICIES:
-            raise ValueError(f"fsync must be one of {FSYNC_POLICIES}, not {fsync!r}")
+        try:
+            fsync = FsyncPolicy(fsync)
+        except ValueError:
+            known = ", ".join(p.value for p in FsyncPolicy)
+            raise ValueError(f"fsync must be one of {known}, not {fsync!r}") from None
         layout = Layout(path)
         config = dict(meta or {})
         run_meta, lock_fd = await asyncio.to_thread(
@@ -228,8 +232,8 @@ class Run:
         self._journals[episode.id] = j
         return j
 
-    async def close(self, status: str = "complete") -> None:
-        """Finish pending writes, record ``status`` ("complete"/"interrupted") and release
+    async def close(self, status: RunStatus | str = RunStatus.COMPLETE) -> None:
+        """Finish pending writes, record ``status`` (complete/interrupted) and release
         the run. Journals still open stay on disk (recovered as incomplete on reopen)."""
         if self._closed:
             return
@@ -244,7 +248,7 @@ class Run:
             finally:
                 writer.stop()
                 await asyncio.to_thread(writer.join)
-                meta = {**self._meta, "status": status, "ended": time.time()}
+                meta = {**self._meta, "status": RunStatus(status).value, "ended": time.time()}
                 try:
                     await asyncio.to_thread(write_meta, self.layout, meta)
                     self._meta = meta
@@ -269,7 +273,7 @@ class Run:
     async def __aexit__(
         self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
     ) -> None:
-        await self.close("complete" if et is None else "interrupted")
+        await self.close(RunStatus.COMPLETE if et is None else RunStatus.INTERRUPTED)
 
     def __enter__(self) -> Run:
         return self
@@ -439,7 +443,8 @@ def _prepare_writer(
                 raise StoreError(errno.EEXIST, f"{layout.root} already holds a run (resume it)")
             recover(layout)
             meta = read_meta(layout)
-            meta = {**meta, "status": "running", "resumed": time.time(), "ended": None}
+            meta = {**meta, "status": RunStatus.RUNNING.value, "resumed": time.time(),
+                    "ended": None}
             if config:
                 meta["config"] = {**meta.get("config", {}), **config}
         else:

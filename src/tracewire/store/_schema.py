@@ -16,6 +16,7 @@ import msgspec
 import orjson
 
 from .._errors import DecodeError
+from ._status import EpisodeStatus
 
 __all__ = [
     "COLUMNS",
@@ -268,7 +269,8 @@ def _row(
         task_key=e.task_key,
         group_id=e.group_id,
         group_index=e.group_index,
-        status="incomplete" if e.info.get("incomplete") else "complete",
+        status=(EpisodeStatus.INCOMPLETE if e.info.get("incomplete")
+                else EpisodeStatus.COMPLETE).value,
         ok=e.ok,
         stop=main.stop,
         reward=float(sum(r.score * r.weight for r in main.rewards.values())),

@@ -10,8 +10,8 @@ Keeping the loop's lag low is this thread's job: every long step is cut into sli
 512 calls while building the index row) and ``_encode.yield_gil`` runs between slices; when
 a sync follows, write-back of each slice starts right after it is written, so ``fdatasync``
 does not submit a whole record in one long system call. The interpreter's switch interval
-is left alone unless ``Run.create(switch_interval=...)`` asks for it: measured with the
-pauses above, lowering it to 1 ms did not change the worst loop lag (bench/README.md).
+is left alone unless ``Run.create(switch_interval=...)`` asks for it: with the pauses
+above it does not set the worst loop lag (bench/README.md has the figures).
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from ..codec import EpisodeDelta, encode_frames
 from ..trace import Episode
 from ._encode import episode_parts, record_parts, yield_gil
 from ._layout import Layout, fsync_dir, store_error
+from ._status import FsyncPolicy
 from ._schema import (
     IndexRow,
     RecordRef,
@@ -107,7 +108,7 @@ class Writer(threading.Thread):
         self,
         layout: Layout,
         *,
-        fsync: str,
+        fsync: FsyncPolicy,
         interval: float,
         segment_bytes: int,
         conn_factory: Callable[[], sqlite3.Connection],
