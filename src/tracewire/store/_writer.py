@@ -33,7 +33,6 @@ from ..codec import EpisodeDelta, encode_frames
 from ..trace import Episode
 from ._encode import episode_parts, record_parts, yield_gil
 from ._layout import Layout, fsync_dir, store_error
-from ._status import FsyncPolicy
 from ._schema import (
     IndexRow,
     RecordRef,
@@ -43,6 +42,7 @@ from ._schema import (
     row_from_header,
 )
 from ._segments import write_parts
+from ._status import FsyncPolicy
 
 __all__ = ["AppendItem", "FlushItem", "JournalItem", "Writer"]
 
