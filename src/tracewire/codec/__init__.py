@@ -6,15 +6,19 @@ raises :class:`tracewire.DecodeError` (a ``ValueError``) with a message saying w
 
 from ._arrays import Buffer
 from ._binary import (
+    RECORD_MAGIC,
     RECORD_PREFIX,
     Decoded,
+    RecordInfo,
     decode_frames,
     decode_record,
     encode_frames,
     encode_record,
     encoded_size,
     frames_to_record,
+    record_info,
     record_length,
+    verify_record,
 )
 from ._delta import (
     Cursor,
@@ -28,10 +32,13 @@ from ._delta import (
 )
 from ._headers import EpisodeHeader, TraceHeader
 from ._json import decode_json, encode_json, to_builtins
+from ._summary import CallSummary, EpisodeSummary, SpanSummary, TraceSummary, decode_summary
 
 __all__ = [
+    "RECORD_MAGIC",
     "RECORD_PREFIX",
     "Buffer",
+    "CallSummary",
     "Cursor",
     "Decoded",
     "EpisodeAssembler",
@@ -39,21 +46,28 @@ __all__ = [
     "EpisodeHead",
     "EpisodeHeader",
     "EpisodeSender",
+    "EpisodeSummary",
+    "RecordInfo",
+    "SpanSummary",
     "TraceDelta",
     "TraceHeader",
     "TraceSender",
+    "TraceSummary",
     "cursor_of",
     "decode_frames",
     "decode_json",
     "decode_record",
+    "decode_summary",
     "encode_frames",
     "encode_json",
     "encode_record",
     "encoded_size",
     "frames_to_record",
     "record_bytes",
+    "record_info",
     "record_length",
     "to_builtins",
+    "verify_record",
 ]
 
 

@@ -17,10 +17,11 @@ from typing import Any
 from .._errors import CorruptRecordError, DecodeError, StoreError
 from ..codec import decode_record
 from ..trace import Episode
+from ._check import CheckReport, repair_run, verify_run
 from ._journal import Journal, JournalTail
 from ._layout import Layout, new_meta, read_meta, store_error, write_meta
-from ._recover import connect, recover
-from ._schema import COLUMNS, IndexRow, RecordRef
+from ._recover import columns_of, connect, recover
+from ._schema import COLUMNS, IndexRow, RecordRef, select_list
 from ._segments import read_record
 from ._status import FsyncPolicy, RunStatus
 from ._writer import AppendItem, FlushItem, JournalItem, Writer
@@ -28,7 +29,6 @@ from ._writer import AppendItem, FlushItem, JournalItem, Writer
 __all__ = ["Run", "open_run"]
 
 Buffer = bytes | bytearray | memoryview
-_SELECT = ", ".join(f'"{c}"' for c in COLUMNS)
 _ORDER = {"seq", *COLUMNS}
 
 
@@ -46,6 +46,12 @@ class Run:
         self._meta = meta
         self._lock_fd = lock_fd
         self._conn = connect(layout, write=False)
+        try:
+            # An index written by an older build may lack appended columns: read them NULL.
+            self._select = select_list(columns_of(self._conn))
+        except sqlite3.Error as exc:
+            self._conn.close()
+            raise store_error(f"cannot read index of {layout.root}", exc) from exc
         self._db_lock = threading.Lock()
         self._fds: dict[int, int] = {}
         self._writer: Writer | None = None
@@ -107,22 +113,28 @@ class Run:
 
     @classmethod
     def open(cls, path: str | os.PathLike[str]) -> Run:
-        """Open ``path`` for reading; if no writer is alive, recover it first."""
+        """Open ``path`` for reading. Nothing on disk is changed (a read-only directory or
+        mount works): a run whose writer crashed reads as it is; :meth:`verify` reports
+        what is wrong and :meth:`repair` (or ``tracewire check --repair``) fixes it."""
         layout = Layout(path)
-        meta = read_meta(layout)
-        try:
-            fd = layout.try_lock()
-        except OSError as exc:
-            fd = None
-            if exc.errno not in (errno.EACCES, errno.EROFS, errno.EPERM):
-                raise store_error(f"cannot open {layout.root}", exc) from exc
-        if fd is not None:
+        return cls(layout, read_meta(layout), None)
+
+    def verify(self) -> CheckReport:
+        """Check every record and index row without changing anything (see
+        ``tracewire check``): records decode, rows match their records' headers,
+        segments have no gaps or torn tails."""
+        with self._db_lock:
             try:
-                recover(layout)
-                meta = read_meta(layout)
-            finally:
-                Layout.unlock(fd)
-        return cls(layout, meta, None)
+                return verify_run(self.layout, self._conn, self.meta.get("status"))
+            except sqlite3.Error as exc:
+                raise store_error(f"cannot check {self.path}", exc) from exc
+
+    @staticmethod
+    def repair(path: str | os.PathLike[str]) -> CheckReport:
+        """Repair the run at ``path`` on purpose (no writer may hold it): truncate a torn
+        tail, index what is missing, rewrite wrong rows, store leftover journals as
+        incomplete. Intact records are never deleted. Returns a check made afterwards."""
+        return repair_run(path)
 
     @property
     def writable(self) -> bool:
@@ -316,7 +328,7 @@ class Run:
             raise ValueError(f"cannot order by {order_by!r}")
         where, args = self._where(filters)
         desc = " DESC" if order_by.startswith("-") else ""
-        sql = f'SELECT {_SELECT} FROM episodes{where} ORDER BY "{order_by.lstrip("-")}"{desc}'
+        sql = f'SELECT {self._select} FROM episodes{where} ORDER BY "{order_by.lstrip("-")}"{desc}'
         if limit is not None:
             sql += f" LIMIT {int(limit)}"
         return [IndexRow.from_sql(r) for r in self._query(sql, args)]
@@ -360,7 +372,7 @@ class Run:
 
     def index(self, kind: str = "pandas") -> Any:
         """The index as a DataFrame (``kind``: "pandas" or "polars"); rewards/metrics JSON."""
-        rows = self._query(f"SELECT seq, {_SELECT} FROM episodes ORDER BY seq")
+        rows = self._query(f"SELECT seq, {self._select} FROM episodes ORDER BY seq")
         cols = ["seq", *COLUMNS]
         data = {c: [r[i] for r in rows] for i, c in enumerate(cols)}
         if kind == "pandas":
@@ -463,7 +475,7 @@ def _prepare_writer(
 
 
 def open_run(path: str | os.PathLike[str]) -> Run:
-    """Open a run directory for reading (recovering it first if its writer is gone)."""
+    """Open a run directory for reading; changes nothing on disk (see :meth:`Run.open`)."""
     return Run.open(path)
 
 

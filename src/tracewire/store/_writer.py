@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from .._errors import StoreError, TracewireError
-from ..codec import EpisodeDelta, encode_frames
+from ..codec import EpisodeDelta, encode_frames, record_info
 from ..trace import Episode
 from ._encode import episode_parts, record_parts, yield_gil
 from ._layout import Layout, fsync_dir, store_error
@@ -37,7 +37,6 @@ from ._schema import (
     IndexRow,
     RecordRef,
     insert_sql,
-    record_parts_info,
     row_from_episode,
     row_from_header,
 )
@@ -218,7 +217,8 @@ class Writer(threading.Thread):
                 assert item.frames is not None
                 parts = record_parts(item.frames)
             prefix = memoryview(parts[0])
-            total, _hoff, _hlen, hcrc = record_parts_info(prefix)
+            info = record_info(prefix)
+            total, hcrc = info.total, info.header_crc
             if item.episode is not None:
                 row = row_from_episode(item.episode, RecordRef(0, 0, 0, 0), 0.0, yield_gil)
             else:  # parts: prefix, buffer table, header, buffers...
