@@ -256,28 +256,15 @@ def repair_run(path: str | os.PathLike[str]) -> CheckReport:
         raise StoreError(errno.EBUSY, f"run {layout.root} has a live writer; stop it first")
     actions: list[str] = []
     try:
-        actions += _repair_index(layout)
-        stats = recover(layout)
-        actions += [f"{k.replace('_', ' ')}: {v}" for k, v in stats.items() if v]
-        conn = connect(layout, write=True)
+        if not _index_readable(layout):
+            actions.append(_move_aside(layout))
         try:
-            report = CheckReport(str(layout.root))
-            fixes = _check(layout, conn, report, live=False)
-            with conn:
-                for action, seq, row in fixes:
-                    if action == "delete":
-                        conn.execute("DELETE FROM episodes WHERE seq = ?", (seq,))
-                        actions.append(f"deleted damaged or dangling index row seq {seq}")
-                    elif row is not None and seq >= 0:  # in place: keeps its arrival order
-                        conn.execute(_INSERT_AT, (seq, *row.values()))
-                        actions.append(f"rewrote the index row of episode {row.episode_id!r}")
-                    elif row is not None:
-                        conn.execute(insert_sql(), row.values())
-                        actions.append(f"rewrote the index row of episode {row.episode_id!r}")
-        except sqlite3.Error as exc:
-            raise store_error(f"cannot repair the index of {layout.root}", exc) from exc
-        finally:
-            conn.close()
+            actions += _recover_and_fix(layout)
+        except (StoreError, sqlite3.Error) as exc:
+            # SQLite could read the damaged file but not write it: rebuild from segments.
+            log.warning("%s: fixing the index in place failed (%s)", layout.root, exc)
+            actions.append(_move_aside(layout))
+            actions += _recover_and_fix(layout)
     finally:
         Layout.unlock(fd)
     from ._run import Run
@@ -288,25 +275,51 @@ def repair_run(path: str | os.PathLike[str]) -> CheckReport:
     return final
 
 
-def _repair_index(layout: Layout) -> list[str]:
-    """Move an index SQLite cannot read aside (recovery then rebuilds it from segments)."""
+def _recover_and_fix(layout: Layout) -> list[str]:
+    stats = recover(layout)
+    actions = [f"{k.replace('_', ' ')}: {v}" for k, v in stats.items() if v]
+    conn = connect(layout, write=True)
+    try:
+        fixes = _check(layout, conn, CheckReport(str(layout.root)), live=False)
+        with conn:
+            for action, seq, row in fixes:
+                if action == "rebuild":
+                    raise StoreError(0, "the index cannot be read")
+                if action == "delete":
+                    conn.execute("DELETE FROM episodes WHERE seq = ?", (seq,))
+                    actions.append(f"deleted damaged or dangling index row seq {seq}")
+                elif row is not None and seq >= 0:  # in place: keeps its arrival order
+                    conn.execute(_INSERT_AT, (seq, *row.values()))
+                    actions.append(f"rewrote the index row of episode {row.episode_id!r}")
+                elif row is not None:
+                    conn.execute(insert_sql(), row.values())
+                    actions.append(f"indexed episode {row.episode_id!r}")
+    finally:
+        conn.close()
+    return actions
+
+
+def _index_readable(layout: Layout) -> bool:
     if not layout.index.exists():
-        return []
+        return True
     try:
         conn = sqlite3.connect(layout.index)
         try:
-            (integrity,) = conn.execute("PRAGMA quick_check").fetchone()
+            (integrity,) = conn.execute("PRAGMA integrity_check").fetchone()
             conn.execute("SELECT COUNT(*) FROM episodes").fetchone()
         finally:
             conn.close()
-        if integrity == "ok":
-            return []
     except sqlite3.Error:
-        pass
+        return False
+    return bool(integrity == "ok")
+
+
+def _move_aside(layout: Layout) -> str:
+    """Move a damaged index aside (recovery then rebuilds it from the segments)."""
     aside = layout.index.with_name("index.sqlite.damaged")
     for suffix in ("", "-wal", "-shm"):
         src = layout.index.with_name(layout.index.name + suffix)
         if src.exists():
             os.replace(src, aside.with_name(aside.name + suffix))
-    log.warning("%s: index unreadable; moved to %s and rebuilt", layout.root, aside)
-    return [f"moved the unreadable index to {aside.name} and rebuilt it from the segments"]
+    log.warning("%s: index damaged; moved to %s and rebuilt", layout.root, aside)
+    return f"moved the damaged index to {aside.name} and rebuilt it from the segments"
