@@ -3,6 +3,7 @@ and never deletes an intact record, even one this build cannot decode."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import random
 import shutil
@@ -51,6 +52,11 @@ def _buggy_record() -> bytes:
     return b"".join(bytes(p) for p in frames_to_record([b"TW" + struct.pack("<H", 1) + header]))
 
 
+def _append_bytes(path: Path, data: bytes) -> None:
+    with open(path, "ab") as f:
+        f.write(data)
+
+
 def _snapshot(root: Path) -> dict[str, tuple[bytes, int]]:
     # index.sqlite-shm is SQLite's shared-memory lock table, which every reader of a WAL
     # database updates by design; it holds no data (rebuilt from the WAL when missing).
@@ -63,8 +69,7 @@ async def test_intact_undecodable_tail_is_never_truncated(tmp_path: Path, make: 
     run_dir = tmp_path / "r"
     ids = await _make(run_dir)
     rec = make(99) if make is _newer_schema_record else make()  # type: ignore[operator]
-    with open(_seg(run_dir), "ab") as f:
-        f.write(rec)
+    _append_bytes(_seg(run_dir), rec)
     size = _seg(run_dir).stat().st_size
     with open_run(run_dir) as r:
         report = r.verify()
@@ -87,9 +92,7 @@ async def _crashed_run(run_dir: Path) -> None:
     await _make(run_dir)
     meta = run_dir / "meta.json"
     meta.write_bytes(meta.read_bytes().replace(b'"status": "complete"', b'"status": "running"'))
-    data = _seg(run_dir).read_bytes()
-    with open(_seg(run_dir), "ab") as f:
-        f.write(data[:100])  # the start of a record, cut off
+    _append_bytes(_seg(run_dir), _seg(run_dir).read_bytes()[:100])  # a record, cut off
     (run_dir / "live" / ("0" * 32 + ".twj")).write_bytes(b"TWR1 torn journal")
 
 
@@ -121,9 +124,9 @@ with open_run(sys.argv[1]) as r:
 """
 
 
-async def test_open_run_on_a_read_only_mount(tmp_path: Path) -> None:
+def test_open_run_on_a_read_only_mount(tmp_path: Path) -> None:
     run_dir, mnt = tmp_path / "r", tmp_path / "ro"
-    await _crashed_run(run_dir)
+    asyncio.run(_crashed_run(run_dir))
     mnt.mkdir()
     before = _snapshot(run_dir)
     if os.geteuid() == 0 and shutil.which("unshare"):
