@@ -24,6 +24,7 @@ COMMANDS: dict[str, str] = {
     "serve": "tracewire.serve._cli",
     "view": "tracewire.view._cli",
     "export": "tracewire.store._cli_export",
+    "check": "tracewire.store._cli_check",
     "import": "tracewire.store._cli_import",
 }
 

@@ -199,3 +199,31 @@ async def test_seeded_bit_flips_in_the_index_are_caught_or_raise_store_error(
     assert caught + raised > 0  # the flips did damage rows, and none of it went unnoticed
     print(f"bit flips: {caught} wrong rows caught by check, {raised} StoreError, "
           f"{silent} harmless")
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "tracewire", "check", *args],
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_check_command_reports_and_repairs(tmp_path: Path) -> None:
+    run_dir = tmp_path / "r"
+    asyncio.run(_crashed_run(run_dir))
+    # A wrong value in one index row (what a bit flip can do without any error).
+    conn = sqlite3.connect(run_dir / "index.sqlite")
+    with conn:
+        conn.execute("UPDATE episodes SET task_key = 'wrong', reward = 7.0 WHERE seq = 2")
+    conn.close()
+    res = _cli(str(run_dir))
+    assert res.returncode == 1, res.stderr
+    assert "wrong index row at seq 2: task_key='wrong'" in res.stdout
+    for kind in ("torn tail", "not closed", "unrecovered journals"):
+        assert kind in res.stdout
+    assert "--repair" in res.stderr
+    res = _cli(str(run_dir), "--repair")
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "OK" in res.stdout.splitlines()[0] and "repaired:" in res.stdout
+    assert _cli(str(run_dir)).returncode == 0
+    with open_run(run_dir) as r:
+        assert r.rows()[1].task_key == "task-1" and r.meta["status"] == "interrupted"
+    assert _cli(str(tmp_path / "nothing")).returncode == 2
