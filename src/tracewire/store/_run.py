@@ -48,7 +48,8 @@ class Run:
         self._conn = connect(layout, write=False)
         try:
             # An index written by an older build may lack appended columns: read them NULL.
-            self._select = select_list(columns_of(self._conn))
+            self._present = columns_of(self._conn)
+            self._select = select_list(self._present)
         except sqlite3.Error as exc:
             self._conn.close()
             raise store_error(f"cannot read index of {layout.root}", exc) from exc
@@ -335,6 +336,35 @@ class Run:
 
     def __len__(self) -> int:
         return int(self._query("SELECT COUNT(*) FROM episodes")[0][0])
+
+    def _columns(self, columns: Sequence[str]) -> str:
+        for c in columns:
+            if c not in _ORDER:
+                raise ValueError(f"unknown index column {c!r}; known: seq, {', '.join(COLUMNS)}")
+        return select_list(self._present, columns)
+
+    def index_head(self) -> tuple[int, int]:
+        """``(highest seq, row count)`` of the index: rows only ever arrive with a higher
+        ``seq`` (a replaced row too), so a reader polls this to learn whether to catch up."""
+        (top, n), = self._query("SELECT COALESCE(MAX(seq), 0), COUNT(*) FROM episodes")
+        return int(top), int(n)
+
+    def index_since(self, seq: int, columns: Sequence[str]) -> list[tuple[Any, ...]]:
+        """Raw values of ``columns`` (index column names, or ``"seq"``) of every row with a
+        ``seq`` above ``seq``, in ``seq`` order (``rewards``/``metrics`` as JSON text)."""
+        sql = f"SELECT {self._columns(columns)} FROM episodes WHERE seq > ? ORDER BY seq"
+        return self._query(sql, (int(seq),))
+
+    def index_at(self, seqs: Sequence[int], columns: Sequence[str]) -> list[tuple[Any, ...]]:
+        """Raw values of ``columns`` of the rows with the given ``seq`` values (any order;
+        missing ones are left out)."""
+        out: list[tuple[Any, ...]] = []
+        select = self._columns(columns)
+        for i in range(0, len(seqs), 500):
+            chunk = [int(s) for s in seqs[i : i + 500]]
+            marks = ", ".join("?" for _ in chunk)
+            out += self._query(f"SELECT {select} FROM episodes WHERE seq IN ({marks})", chunk)
+        return out
 
     def read(self, ref: RecordRef) -> Episode:
         """The episode stored at ``ref`` (one ``pread``, CRC-checked, buffers not copied)."""

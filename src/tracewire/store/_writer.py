@@ -28,6 +28,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from .._errors import StoreError, TracewireError
 from ..codec import EpisodeDelta, encode_frames, record_info
 from ..trace import Episode
@@ -46,6 +48,9 @@ from ._status import FsyncPolicy
 __all__ = ["AppendItem", "FlushItem", "JournalItem", "Writer"]
 
 log = logging.getLogger("tracewire.store")
+#: What encoding an episode built with bad values raises (an int past 64 bits is an
+#: OverflowError): that append fails with a StoreError, the writer goes on.
+_BAD_INPUT = (OSError, ValueError, TypeError, ArithmeticError, msgspec.EncodeError)
 Buffer = bytes | bytearray | memoryview
 #: Called in the writer thread with the outcome of one item.
 Done = Callable[[RecordRef | None, BaseException | None], None]
@@ -178,7 +183,13 @@ class Writer(threading.Thread):
             if isinstance(item, _Stop):
                 self._commit()
                 return
-            self._handle(item)
+            try:
+                self._handle(item)
+            except BaseException as exc:
+                # A bug: the item in hand fails too (the crash handler fails the rest).
+                if isinstance(item, AppendItem | FlushItem):
+                    item.done(None, store_error("store writer crashed", exc))
+                raise
             if len(self._pending) >= _MAX_BATCH or (
                 self.fsync == "interval"
                 and self._pending
@@ -238,7 +249,7 @@ class Writer(threading.Thread):
             self._pending.append((row, item.done, item.journal))
         except TracewireError as exc:
             item.done(None, exc)
-        except (OSError, ValueError, TypeError) as exc:
+        except _BAD_INPUT as exc:
             item.done(None, store_error("cannot store the episode", exc))
 
     def _journal(self, item: JournalItem) -> None:
@@ -252,7 +263,7 @@ class Writer(threading.Thread):
                 start = os.fstat(fd).st_size
                 write_parts(fd, record_parts(encode_frames(item.delta)), start, yield_gil)
                 self._dirty.add(fd)
-        except (OSError, ValueError, TypeError) as exc:
+        except _BAD_INPUT as exc:
             item.on_error(store_error(f"cannot write journal {item.path.name}", exc))
 
     # -- commit -----------------------------------------------------------------------------
