@@ -13,6 +13,7 @@ from typing import Any
 import msgspec
 
 from .._errors import DecodeError
+from ..trace import EPISODE_FIELDS
 
 __all__ = ["CallSummary", "EpisodeSummary", "SpanSummary", "TraceSummary", "decode_summary"]
 
@@ -71,6 +72,9 @@ class EpisodeSummary(msgspec.Struct, tag="episode"):
     info: dict[str, Any] = {}
     traces: list[TraceSummary] = []
 
+
+if not set(EpisodeSummary.__struct_fields__) <= {*EPISODE_FIELDS, "traces"}:
+    raise ImportError("EpisodeSummary reads a field episodes do not have (trace.EPISODE_FIELDS)")
 
 _decoder = msgspec.msgpack.Decoder(EpisodeSummary)
 

@@ -13,10 +13,11 @@ from ._model import (
     Span,
     ToolCall,
 )
-from ._trace import SCALAR_FIELDS, Episode, Trace, Watcher, new_id
+from ._trace import EPISODE_FIELDS, SCALAR_FIELDS, Episode, Trace, Watcher, new_id
 
 __all__ = [
     "BASE_COLUMNS",
+    "EPISODE_FIELDS",
     "SCALAR_FIELDS",
     "SCHEMA_VERSION",
     "Branch",
