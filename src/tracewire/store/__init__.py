@@ -1,7 +1,9 @@
 """Run store: durable, indexed, off-loop persistence of episodes, with a read API.
 
 ``run = await Run.create("runs/x")``; ``await run.append(episode)``; ``run.journal(ep)``
-for in-flight durability; ``await run.close()``. Read with ``open_run("runs/x")``.
+for in-flight durability; ``await run.close()``. Read with ``open_run("runs/x")`` (changes
+nothing on disk); ``Run.verify()`` / ``Run.repair(path)`` (``tracewire check [--repair]``)
+find and fix damage.
 """
 
 from ._journal import Journal

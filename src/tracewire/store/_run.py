@@ -390,7 +390,13 @@ class Run:
         found = self.rows(episode_id=episode_id)
         if not found:
             raise KeyError(episode_id)
-        return self.read(found[0].ref)
+        ep = self.read(found[0].ref)
+        if ep.id != episode_id:
+            raise CorruptRecordError(
+                0, f"the index row of episode {episode_id!r} points at episode {ep.id!r} "
+                "(damaged index: run `tracewire check --repair`)"
+            )
+        return ep
 
     def episodes(self, **filters: Any) -> Iterator[Episode]:
         """Episodes matching ``filters`` (as :meth:`rows`), read lazily one at a time."""
