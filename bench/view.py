@@ -70,7 +70,7 @@ async def main(runs: int) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "run"
         # Index rows inserted directly with the store's schema (fast; no records behind
-        # them). The writer stays open so opening the run does not "recover" them away.
+        # them). The writer stays open so nobody repairs them away meanwhile.
         run = await Run.create(path, meta={"name": "bench"}, fsync="never")
         fill(path)
         async with run, ViewServer(path) as srv, aiohttp.ClientSession() as s:

@@ -343,11 +343,11 @@ class Run:
                 raise ValueError(f"unknown index column {c!r}; known: seq, {', '.join(COLUMNS)}")
         return select_list(self._present, columns)
 
-    def index_head(self) -> tuple[int, int]:
-        """``(highest seq, row count)`` of the index: rows only ever arrive with a higher
-        ``seq`` (a replaced row too), so a reader polls this to learn whether to catch up."""
-        (top, n), = self._query("SELECT COALESCE(MAX(seq), 0), COUNT(*) FROM episodes")
-        return int(top), int(n)
+    def index_head(self) -> int:
+        """The highest ``seq`` in the index (0 when empty; one B-tree probe): rows only ever
+        arrive with a higher ``seq`` (a replaced row too), so a reader polls this to learn
+        whether to catch up, and counts rows (``len(run)``) only when it moved."""
+        return int(self._query("SELECT COALESCE(MAX(seq), 0) FROM episodes")[0][0])
 
     def index_since(self, seq: int, columns: Sequence[str]) -> list[tuple[Any, ...]]:
         """Raw values of ``columns`` (index column names, or ``"seq"``) of every row with a

@@ -119,9 +119,10 @@ class IndexTable:
         which only a re-appended episode id causes)."""
         with self._lock:
             store = self._store()
-            max_seq, count = store.index_head()
+            max_seq = store.index_head()
             if max_seq == self._last_seq:
                 return
+            count = len(store)
             if count < self._n or max_seq < self._last_seq:
                 self._reset()
             cols = ("seq", *NUMERIC, *TEXT)
@@ -225,7 +226,7 @@ class IndexTable:
 
     def count(self) -> int:
         """Number of indexed episodes (a cheap query; does not load the table)."""
-        return self._store().index_head()[1]
+        return len(self._store())
 
     def facets(self) -> dict[str, list[Any]]:
         """Distinct values of env, status and stop (for the filter menus), at most 200 each."""
