@@ -53,9 +53,11 @@ def _no_browser(why: str) -> NoReturn:
     pytest.skip(reason)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def chromium() -> Iterator[Any]:
-    """A launched headless Chromium browser (Playwright ``Browser``)."""
+    """A launched headless Chromium browser (Playwright ``Browser``). Module-scoped: the
+    sync Playwright API keeps an event loop running in this thread while it is open, which
+    would break every asyncio test run after it."""
     path = find_chromium()
     if path is None:
         _no_browser("Chromium not found")
