@@ -53,7 +53,7 @@ def fill(path: Path) -> None:
         None, i % 4, rng.choice(["complete", "incomplete"]), 1,
         rng.choice(["done", "max_turns", None]), rng.random(), "{}", "{}", rng.randint(1, 50),
         0, 0, rng.randint(10, 10_000), 1, rng.choice([0, 0, 0, 2]), 1000.0 + i, 1001.0 + i,
-        1.0, 1000.0 + i, 0, i * 100, 100, 0) for i in range(N)]  # fmt: skip
+        1.0, 1000.0 + i, 0, i * 100, 100, 0, None, None) for i in range(N)]  # fmt: skip
     conn = sqlite3.connect(path / "index.sqlite")
     with conn:
         conn.executemany(insert_sql(), rows)
@@ -70,7 +70,7 @@ async def main(runs: int) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "run"
         # Index rows inserted directly with the store's schema (fast; no records behind
-        # them). The writer stays open so opening the run does not "recover" them away.
+        # them). The writer stays open so nobody repairs them away meanwhile.
         run = await Run.create(path, meta={"name": "bench"}, fsync="never")
         fill(path)
         async with run, ViewServer(path) as srv, aiohttp.ClientSession() as s:

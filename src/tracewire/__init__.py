@@ -56,8 +56,8 @@ if TYPE_CHECKING:  # the same names the lazy loader below resolves, typed for my
     from .env import Environment
     from .model import ModelServer
     from .proxy import Proxy
-    from .sessions import SessionClient
     from .serve import EnvClient
+    from .sessions import SessionClient
     from .store import Run, open_run
 
 # name -> module; resolved on first access (PEP 562).

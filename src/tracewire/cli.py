@@ -79,6 +79,12 @@ def _export() -> Command:
     return _cli_export
 
 
+def _check() -> Command:
+    from .store import _cli_check
+
+    return _cli_check
+
+
 def _import() -> Command:
     from .store import _cli_import
 
@@ -95,6 +101,7 @@ COMMANDS: dict[str, Callable[[], Command]] = {
     "serve": _serve,
     "view": _view,
     "export": _export,
+    "check": _check,
     "import": _import,
 }
 

@@ -144,6 +144,13 @@ def test_kill_9_at_random_points_loses_nothing_acknowledged(tmp_path: Path) -> N
         assert zygote.stdin is not None
         zygote.stdin.close()
     assert len(acked) > iterations // 2  # the kills landed at varied points, acks included
+    _verify(run_dir, acked)  # read as it is: the last writer's leftovers are not touched
+    with open_run(run_dir) as r:
+        assert r.meta["status"] == "running"
+        before = r.verify()
+    assert not before.ok and {p.kind for p in before.problems} >= {"not closed"}
+    after = Run.repair(run_dir)
+    assert after.ok, after.text()
     _verify(run_dir, acked)
     with open_run(run_dir) as r:
         assert r.meta["status"] == "interrupted"
@@ -166,6 +173,15 @@ def test_torn_tail_is_truncated_and_rows_rebuilt(tmp_path: Path) -> None:
         f.write(data[: len(data) // 7])
     for name in ("index.sqlite", "index.sqlite-wal", "index.sqlite-shm"):
         (run_dir / name).unlink(missing_ok=True)
+    with open_run(run_dir) as r:  # a reader sees an empty index and changes nothing
+        assert len(r) == 0
+        report = r.verify()
+    assert seg.stat().st_size == len(data) + len(data) // 7
+    kinds = [p.kind for p in report.problems]
+    assert kinds.count("unindexed record") == 5 and "torn tail" in kinds, report.text()
+    assert not (run_dir / "index.sqlite").exists()
+    fixed = Run.repair(run_dir)
+    assert fixed.ok, fixed.text()
     _verify(run_dir, acked)
     assert seg.stat().st_size == len(data)
 
@@ -188,6 +204,9 @@ def test_damage_in_the_middle_skips_only_the_damaged_record(tmp_path: Path) -> N
     # Rebuilding the index skips the damaged record but keeps the ones after it.
     for name in ("index.sqlite", "index.sqlite-wal", "index.sqlite-shm"):
         (run_dir / name).unlink(missing_ok=True)
+    report = Run.repair(run_dir)
+    assert [p.kind for p in report.problems] == ["damaged bytes"], report.text()
+    assert not report.problems[0].repairable
     with open_run(run_dir) as r:
         assert [x.episode_id for x in r.rows()] == [x.episode_id for x in rows[:1] + rows[2:]]
 

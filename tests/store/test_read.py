@@ -106,6 +106,11 @@ async def test_open_journals_become_incomplete_episodes_on_reopen(tmp_path: Path
     jpath = next((tmp_path / "r" / "live").iterdir())
     data = jpath.read_bytes()
     jpath.write_bytes(data[:-5])
+    with open_run(tmp_path / "r") as r:  # reading leaves the journal where it is
+        assert [e.id for e in r.live()] == [ep.id] and not r.rows(status="incomplete")
+        assert "unrecovered journals" in {p.kind for p in r.verify().problems}
+    assert jpath.exists()
+    assert Run.repair(tmp_path / "r").ok
     with open_run(tmp_path / "r") as r:
         rows = r.rows(status="incomplete")
         assert [x.episode_id for x in rows] == [ep.id]

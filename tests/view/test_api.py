@@ -196,3 +196,15 @@ async def test_branches_of_a_tree(client: Client) -> None:
 async def test_build_app_rejects_a_non_run(tmp_path: Path) -> None:
     with pytest.raises(OSError):
         build_app(tmp_path / "missing")
+
+
+async def test_non_get_is_405_with_allow_header(client: Client) -> None:
+    s, url, _ = client
+    for method, path in (("POST", "/api/run"), ("DELETE", "/api/episodes"), ("PUT", "/"),
+                         ("PATCH", "/api/facets")):
+        async with s.request(method, url + path) as r:
+            assert r.status == 405, (method, path, r.status, await r.text())
+            assert "GET" in r.headers.get("Allow", ""), dict(r.headers)
+            assert r.content_type == "application/json"
+            assert "error" in await r.json()
+    await get_json(s, url + "/api/run")  # still serving

@@ -23,8 +23,8 @@ async def make_big_index(path: Path) -> tuple[Run, list[tuple[object, ...]]]:
     """A real run (its writer kept open), then 100,000 index rows inserted straight into its
     index.sqlite with the store's own schema and upsert statement. This is a shortcut for
     speed: the rows point at no records, so only the index endpoints are exercised with it.
-    The writer stays open because opening a run with no live writer recovers it, and recovery
-    rightly drops rows whose records do not exist."""
+    The writer stays open so no one can repair the run meanwhile (a repair rightly drops rows
+    whose records do not exist; reading leaves them as they are)."""
     run = await Run.create(path, meta={"name": "big-index"}, fsync="never")
     rng = random.Random(0)
     rows: list[tuple[object, ...]] = []
@@ -34,7 +34,7 @@ async def make_big_index(path: Path) -> tuple[Run, list[tuple[object, ...]]]:
             None, i % 4, rng.choice(["complete", "incomplete"]), 1,
             rng.choice(["done", "max_turns", None]), round(rng.random(), 4), "{}", "{}",
             rng.randint(1, 50), 0, 0, rng.randint(10, 10_000), 1, rng.choice([0, 0, 0, 2]),
-            1000.0 + i, 1001.0 + i, 1.0, 1000.0 + i, 0, i * 100, 100, 0,
+            1000.0 + i, 1001.0 + i, 1.0, 1000.0 + i, 0, i * 100, 100, 0, i // 100, None,
         ))  # fmt: skip
     conn = sqlite3.connect(path / "index.sqlite")
     with conn:

@@ -4,19 +4,21 @@ One API shape for every format: ``encode_*`` / ``decode_*``. Decoding anything m
 raises :class:`tracewire.DecodeError` (a ``ValueError``) with a message saying what is wrong.
 """
 
+from ._arrays import Buffer
 from ._binary import (
-    CHUNK,
-    CRC_SLICE,
+    RECORD_MAGIC,
     RECORD_PREFIX,
     Decoded,
-    Pause,
+    RecordInfo,
     decode_frames,
     decode_record,
     encode_frames,
     encode_record,
     encoded_size,
     frames_to_record,
+    record_info,
     record_length,
+    verify_record,
 )
 from ._delta import (
     Cursor,
@@ -30,11 +32,13 @@ from ._delta import (
 )
 from ._headers import EpisodeHeader, TraceHeader
 from ._json import decode_json, encode_json, to_builtins
+from ._summary import CallSummary, EpisodeSummary, SpanSummary, TraceSummary, decode_summary
 
 __all__ = [
-    "CHUNK",
-    "CRC_SLICE",
+    "RECORD_MAGIC",
     "RECORD_PREFIX",
+    "Buffer",
+    "CallSummary",
     "Cursor",
     "Decoded",
     "EpisodeAssembler",
@@ -42,22 +46,28 @@ __all__ = [
     "EpisodeHead",
     "EpisodeHeader",
     "EpisodeSender",
-    "Pause",
+    "EpisodeSummary",
+    "RecordInfo",
+    "SpanSummary",
     "TraceDelta",
     "TraceHeader",
     "TraceSender",
+    "TraceSummary",
     "cursor_of",
     "decode_frames",
     "decode_json",
     "decode_record",
+    "decode_summary",
     "encode_frames",
     "encode_json",
     "encode_record",
     "encoded_size",
     "frames_to_record",
     "record_bytes",
+    "record_info",
     "record_length",
     "to_builtins",
+    "verify_record",
 ]
 
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import crc32c
 import msgspec
@@ -48,16 +48,20 @@ from ._headers import (
 __all__ = [
     "CHUNK",
     "CRC_SLICE",
+    "RECORD_MAGIC",
     "RECORD_PREFIX",
     "Decoded",
     "Pause",
+    "RecordInfo",
     "decode_frames",
     "decode_record",
     "encode_frames",
     "encode_record",
     "encoded_size",
     "frames_to_record",
+    "record_info",
     "record_length",
+    "verify_record",
 ]
 
 #: What the binary codec decodes to.
@@ -69,7 +73,9 @@ _RECORD = struct.Struct("<4sHHIIQII")
 #: Size of the fixed record prefix, enough to learn a record's total length.
 RECORD_PREFIX = _RECORD.size
 _ENTRY = struct.Struct("<QQ")
-_MAGIC = b"TWR1"
+#: The first four bytes of every record (a scan for damaged data looks for the next one).
+RECORD_MAGIC = b"TWR1"
+_MAGIC = RECORD_MAGIC
 _MAX_BUFFERS = 1 << 16
 _PAD = bytes(8)
 
@@ -236,17 +242,59 @@ def encode_record(obj: Encodable, *, pause: Pause | None = None) -> list[Buffer]
     return frames_to_record(encode_frames(obj, pause=pause), pause=pause)
 
 
-def record_length(prefix: Buffer) -> int:
-    """Total length of the record whose first ``RECORD_PREFIX`` bytes are ``prefix``."""
+class RecordInfo(NamedTuple):
+    """What a record's fixed prefix says: its length, where its msgpack header lies, the
+    header's CRC (the store keeps it in the index to tell records apart) and its schema."""
+
+    total: int
+    header_offset: int
+    header_len: int
+    header_crc: int
+    schema: int
+    nbuf: int
+
+
+def record_info(prefix: Buffer) -> RecordInfo:
+    """Parse the first ``RECORD_PREFIX`` bytes of a record (magic and sizes checked)."""
     mv = memoryview(prefix)
     if mv.nbytes < RECORD_PREFIX:
         raise DecodeError(f"record prefix needs {RECORD_PREFIX} bytes, got {mv.nbytes}")
-    magic, _, _, hlen, nbuf, total, _, _ = _RECORD.unpack_from(mv)
+    magic, version, _, hlen, nbuf, total, hcrc, _ = _RECORD.unpack_from(mv)
     if magic != _MAGIC:
         raise DecodeError(f"not a tracewire record (magic {bytes(magic)!r})")
     if nbuf > _MAX_BUFFERS or total < RECORD_PREFIX + nbuf * _ENTRY.size + hlen:
         raise DecodeError("record prefix is inconsistent")
-    return int(total)
+    hoff = RECORD_PREFIX + nbuf * _ENTRY.size
+    return RecordInfo(int(total), hoff, int(hlen), int(hcrc), int(version), int(nbuf))
+
+
+def record_length(prefix: Buffer) -> int:
+    """Total length of the record whose first ``RECORD_PREFIX`` bytes are ``prefix``."""
+    return record_info(prefix).total
+
+
+def verify_record(data: Buffer) -> RecordInfo:
+    """Check a record's framing and both CRCs without decoding its header.
+
+    Passing means the bytes are exactly what a writer wrote: a record that then fails to
+    decode (a newer schema, a buggy writer) is intact data, never a torn tail to cut off.
+    Raises ``DecodeError`` for truncated, inconsistent or CRC-failing bytes.
+    """
+    mv = memoryview(data)
+    info = record_info(mv)
+    total, table_end, hlen = info.total, info.header_offset, info.header_len
+    if mv.nbytes < total:
+        raise DecodeError(f"record truncated: {mv.nbytes} of {total} bytes")
+    got = crc32c.crc32c(
+        mv[table_end : table_end + hlen],
+        crc32c.crc32c(mv[RECORD_PREFIX:table_end], crc32c.crc32c(mv[:24])),
+    )
+    if got != info.header_crc:
+        raise DecodeError("record header fails its CRC")
+    (bcrc,) = struct.unpack_from("<I", mv, 28)
+    if crc32c.crc32c(mv[table_end + hlen : total]) != bcrc:
+        raise DecodeError("record buffers fail their CRC")
+    return info
 
 
 def decode_record(data: Buffer, *, verify: bool = True) -> Decoded:
@@ -255,30 +303,19 @@ def decode_record(data: Buffer, *, verify: bool = True) -> Decoded:
     With ``verify`` both CRCs are checked. Anything malformed raises ``DecodeError``.
     """
     mv = memoryview(data)
-    total = record_length(mv)
+    info = verify_record(mv) if verify else record_info(mv)
+    total, table_end, hlen = info.total, info.header_offset, info.header_len
     if mv.nbytes < total:
         raise DecodeError(f"record truncated: {mv.nbytes} of {total} bytes")
-    _, version, _, hlen, nbuf, _, hcrc, bcrc = _RECORD.unpack_from(mv)
-    table_end = RECORD_PREFIX + nbuf * _ENTRY.size
-    header = mv[table_end : table_end + hlen]
-    if verify:
-        got = crc32c.crc32c(
-            mv[table_end : table_end + hlen],
-            crc32c.crc32c(mv[RECORD_PREFIX:table_end], crc32c.crc32c(mv[:24])),
-        )
-        if got != hcrc:
-            raise DecodeError("record header fails its CRC")
-        if crc32c.crc32c(mv[table_end + hlen : total]) != bcrc:
-            raise DecodeError("record buffers fail their CRC")
-    _check_schema(version)
+    _check_schema(info.schema)
     bufs: list[Buffer] = []
     lo = table_end + hlen
-    for i in range(nbuf):
+    for i in range(info.nbuf):
         off, n = _ENTRY.unpack_from(mv, RECORD_PREFIX + i * _ENTRY.size)
         if off < lo or off + n > total:
             raise DecodeError(f"buffer {i} lies outside the record")
         bufs.append(mv[off : off + n])
-    return _decode_header(header, bufs)
+    return _decode_header(mv[table_end : table_end + hlen], bufs)
 
 
 def encoded_size(parts: Sequence[Buffer]) -> int:

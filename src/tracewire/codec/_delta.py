@@ -22,7 +22,7 @@ from msgspec import UNSET, UnsetType
 
 from .._errors import DeltaError
 from ..trace import BASE_COLUMNS, Call, Episode, ErrorInfo, Message, Node, Reward, Span, Trace
-from ._headers import episode_fields, set_episode_fields, validate_trace
+from ._headers import EpisodeFields, episode_fields, set_episode_fields, validate_trace
 
 __all__ = [
     "Cursor",
@@ -88,20 +88,8 @@ class TraceDelta(msgspec.Struct, kw_only=True, omit_defaults=True):
         )
 
 
-class EpisodeHead(msgspec.Struct, kw_only=True, omit_defaults=True):
-    """An episode's own fields (everything but its traces)."""
-
-    id: str
-    env: str = ""
-    task_key: str = ""
-    task: dict[str, Any] = msgspec.field(default_factory=dict)
-    group_id: str | None = None
-    group_index: int = 0
-    run: str = ""
-    ok: bool = True
-    errors: list[ErrorInfo] = msgspec.field(default_factory=list)
-    timing: dict[str, Span] = msgspec.field(default_factory=dict)
-    info: dict[str, Any] = msgspec.field(default_factory=dict)
+class EpisodeHead(EpisodeFields, kw_only=True, omit_defaults=True):
+    """An episode's own fields (everything but its traces), as a delta carries them."""
 
 
 class EpisodeDelta(msgspec.Struct, tag="delta", kw_only=True, omit_defaults=True):

@@ -14,6 +14,7 @@ import msgspec
 import numpy as np
 
 from ..trace import (
+    EPISODE_FIELDS,
     SCHEMA_VERSION,
     Call,
     Columns,
@@ -27,6 +28,7 @@ from ..trace import (
 
 __all__ = [
     "EPISODE_FIELDS",
+    "EpisodeFields",
     "EpisodeHeader",
     "Pack",
     "TraceHeader",
@@ -59,11 +61,11 @@ class TraceHeader(msgspec.Struct, tag="trace", kw_only=True, omit_defaults=True)
     columns: dict[str, np.ndarray] = msgspec.field(default_factory=dict)
 
 
-class EpisodeHeader(msgspec.Struct, tag="episode", kw_only=True, omit_defaults=True):
-    """A whole episode: its identity, grouping, timing, errors and traces."""
+class EpisodeFields(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """An episode's own fields (``tracewire.trace.EPISODE_FIELDS``, with their wire types):
+    the base of the stored header and of a delta's head."""
 
     id: str
-    schema: int = SCHEMA_VERSION
     env: str = ""
     task_key: str = ""
     task: dict[str, Any] = msgspec.field(default_factory=dict)
@@ -74,6 +76,23 @@ class EpisodeHeader(msgspec.Struct, tag="episode", kw_only=True, omit_defaults=T
     errors: list[ErrorInfo] = msgspec.field(default_factory=list)
     timing: dict[str, Span] = msgspec.field(default_factory=dict)
     info: dict[str, Any] = msgspec.field(default_factory=dict)
+
+
+if EpisodeFields.__struct_fields__ != EPISODE_FIELDS:  # one declaration, checked on import
+    raise ImportError(
+        f"codec EpisodeFields {EpisodeFields.__struct_fields__} != trace EPISODE_FIELDS "
+        f"{EPISODE_FIELDS}"
+    )
+
+
+class EpisodeHeader(EpisodeFields, tag="episode", kw_only=True, omit_defaults=True):
+    """A whole episode: its own fields, the schema it was written with, and its traces.
+
+    ``schema`` follows the own fields on the wire; fields are keyed by name (a map), and a
+    default ``schema`` is omitted, so the bytes are the same as with any field order.
+    """
+
+    schema: int = SCHEMA_VERSION
     traces: list[TraceHeader] = msgspec.field(default_factory=list)
 
 
@@ -144,11 +163,6 @@ def trace_from_header(h: TraceHeader) -> Trace:
     t.completed = h.completed
     t.ok = h.ok
     return t
-
-
-#: An episode's own fields (all but its traces), shared by headers and delta heads.
-EPISODE_FIELDS = ("id", "env", "task_key", "task", "group_id", "group_index", "run", "ok",
-                  "errors", "timing", "info")
 
 
 def episode_fields(e: Episode) -> dict[str, Any]:

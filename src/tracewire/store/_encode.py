@@ -17,11 +17,10 @@ import os
 import time
 from collections.abc import Callable, Sequence
 
-from ..codec import CHUNK, CRC_SLICE, encode_record, frames_to_record
-from ..codec._arrays import Buffer
+from ..codec import Buffer, encode_record, frames_to_record
 from ..trace import Episode
 
-__all__ = ["CHUNK", "CRC_SLICE", "episode_parts", "record_parts", "yield_gil"]
+__all__ = ["episode_parts", "record_parts", "yield_gil"]
 
 
 #: Longest the writer thread works between two naps (seconds), and the nap itself.

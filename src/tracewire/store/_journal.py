@@ -162,10 +162,3 @@ def read_journal(path: Path) -> Episode | None:
     tail.poll()
     return tail.episode
 
-
-def journal_size(path: Path) -> int:
-    """Bytes in a journal file (0 if gone)."""
-    try:
-        return os.stat(path).st_size
-    except FileNotFoundError:
-        return 0

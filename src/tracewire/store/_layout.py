@@ -26,6 +26,7 @@ import orjson
 
 from .._errors import StoreError
 from ..trace import SCHEMA_VERSION, new_id
+from ._status import FsyncPolicy, RunStatus
 
 __all__ = [
     "FORMAT",
@@ -141,12 +142,12 @@ def new_meta(name: str, config: dict[str, Any], fsync: str, segment_bytes: int) 
         "format": FORMAT,
         "id": new_id(),
         "name": name,
-        "status": "running",
+        "status": RunStatus.RUNNING.value,
         "created": now,
         "started": now,
         "ended": None,
         "config": config,
-        "store": {"fsync": fsync, "segment_bytes": segment_bytes},
+        "store": {"fsync": FsyncPolicy(fsync).value, "segment_bytes": segment_bytes},
         "versions": {
             "tracewire": __version__,
             "schema": SCHEMA_VERSION,

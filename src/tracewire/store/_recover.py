@@ -1,9 +1,14 @@
 """Opening a run directory: the index connection, and recovery after a crash.
 
-Recovery runs only while holding the writer lock (so never under a live writer): it
-indexes records the index lacks, truncates torn segment tails, and turns journals of
-episodes that were never appended into stored episodes with status "incomplete".
+Readers never change a file: they open the index read-only (``mode=ro``; on a read-only
+directory or mount, where SQLite cannot create the WAL's shared-memory file, as
+``immutable``) and report problems (``Run.verify``) instead of repairing them. Recovery runs
+only in a writer (``Run.create(resume=True)``) or in a repair a person asks for
+(``tracewire check --repair``), always holding the writer lock: it indexes records the index
+lacks, truncates a torn segment tail, and turns journals of episodes that were never
+appended into stored episodes with status "incomplete".
 """
+
 
 from __future__ import annotations
 
@@ -13,45 +18,86 @@ import sqlite3
 import time
 from typing import Any
 
+from ..codec import record_info
 from ._encode import episode_parts
 from ._journal import read_journal
 from ._layout import Layout, fsync_dir, read_meta, store_error, write_meta
 from ._schema import (
     INDEX_VERSION,
     RecordRef,
+    add_columns_sql,
     create_sql,
     insert_sql,
-    record_parts_info,
     row_from_header,
 )
 from ._segments import recover_segments, write_parts
+from ._status import RunStatus
 
-__all__ = ["connect", "recover"]
+__all__ = ["columns_of", "connect", "recover"]
 
 log = logging.getLogger("tracewire.store")
 
 
 def connect(layout: Layout, *, write: bool) -> sqlite3.Connection:
-    """A connection to the index (WAL); the writer's creates the schema."""
+    """A connection to the index (WAL); the writer's creates (or extends) the schema.
+
+    A reader's is read-only; a run without an index yet reads as empty (an in-memory
+    table), so opening it creates nothing.
+    """
     try:
-        conn = sqlite3.connect(layout.index, check_same_thread=False, timeout=30.0)
-        conn.execute("PRAGMA busy_timeout = 30000")
         if write:
-            conn.execute("PRAGMA journal_mode = WAL")
-            # Rows can always be rebuilt from the segments, so NORMAL is enough here.
-            conn.execute("PRAGMA synchronous = NORMAL")
-            with conn:
-                for stmt in create_sql():
-                    conn.execute(stmt)
-                (version,) = conn.execute("PRAGMA user_version").fetchone()
-                if version == 0:
-                    conn.execute(f"PRAGMA user_version = {INDEX_VERSION}")
-        else:
-            conn.isolation_level = None  # autocommit: every query sees the latest commit
-            conn.execute("PRAGMA query_only = 1")
+            return _connect_writer(layout)
+        conn = _connect_reader(layout)
+        conn.isolation_level = None  # autocommit: every query sees the latest commit
+        conn.execute("PRAGMA query_only = 1")
         return conn
     except sqlite3.Error as exc:
         raise store_error(f"cannot open index {layout.index}", exc) from exc
+
+
+def _connect_writer(layout: Layout) -> sqlite3.Connection:
+    conn = sqlite3.connect(layout.index, check_same_thread=False, timeout=30.0)
+    conn.execute("PRAGMA busy_timeout = 30000")
+    conn.execute("PRAGMA journal_mode = WAL")
+    # Rows can always be rebuilt from the segments, so NORMAL is enough here.
+    conn.execute("PRAGMA synchronous = NORMAL")
+    with conn:
+        for stmt in create_sql():
+            conn.execute(stmt)
+        for stmt in add_columns_sql(columns_of(conn)):
+            conn.execute(stmt)
+        (version,) = conn.execute("PRAGMA user_version").fetchone()
+        if version == 0:
+            conn.execute(f"PRAGMA user_version = {INDEX_VERSION}")
+    return conn
+
+
+def _connect_reader(layout: Layout) -> sqlite3.Connection:
+    if not layout.index.exists():
+        conn = sqlite3.connect(":memory:", check_same_thread=False)
+        for stmt in create_sql():
+            conn.execute(stmt)
+        return conn
+    uri = layout.index.resolve().as_uri()
+    try:
+        conn = sqlite3.connect(f"{uri}?mode=ro", uri=True, check_same_thread=False,
+                               timeout=30.0)
+        conn.execute("PRAGMA busy_timeout = 30000")
+        conn.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()
+        return conn
+    except sqlite3.OperationalError:
+        if os.access(layout.root, os.W_OK) and os.access(layout.index, os.W_OK):
+            raise
+    # A read-only directory or mount: SQLite cannot create the WAL's shared-memory file
+    # there, and no writer can be appending through it, so the file is read as it is.
+    conn = sqlite3.connect(f"{uri}?immutable=1", uri=True, check_same_thread=False)
+    conn.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()
+    return conn
+
+
+def columns_of(conn: sqlite3.Connection) -> list[str]:
+    """Column names of the index table (empty when it does not exist)."""
+    return [str(r[1]) for r in conn.execute("PRAGMA table_info(episodes)").fetchall()]
 
 
 def _store_incomplete(layout: Layout, conn: sqlite3.Connection, parts: list[Any]) -> None:
@@ -68,8 +114,9 @@ def _store_incomplete(layout: Layout, conn: sqlite3.Connection, parts: list[Any]
         os.close(fd)
     if not nums:
         fsync_dir(layout.segments)
-    total, _, _, hcrc = record_parts_info(memoryview(parts[0]))
-    row = row_from_header(parts[2], RecordRef(seg, start, total, hcrc), time.time())
+    info = record_info(parts[0])
+    row = row_from_header(parts[2], RecordRef(seg, start, info.total, info.header_crc),
+                          time.time())
     with conn:
         conn.execute(insert_sql(), row.values())
 
@@ -103,8 +150,8 @@ def recover(layout: Layout) -> dict[str, int]:
     finally:
         conn.close()
     meta = read_meta(layout)
-    if meta.get("status") == "running":
-        meta = {**meta, "status": "interrupted", "recovered": time.time()}
+    if meta.get("status") == RunStatus.RUNNING:
+        meta = {**meta, "status": RunStatus.INTERRUPTED.value, "recovered": time.time()}
         write_meta(layout, meta)
     stats = {"rows_added": added, "bytes_truncated": cut, "journals_recovered": recovered,
              "journals_dropped": dropped}

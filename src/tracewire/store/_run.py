@@ -17,18 +17,18 @@ from typing import Any
 from .._errors import CorruptRecordError, DecodeError, StoreError
 from ..codec import decode_record
 from ..trace import Episode
+from ._check import CheckReport, repair_run, verify_run
 from ._journal import Journal, JournalTail
 from ._layout import Layout, new_meta, read_meta, store_error, write_meta
-from ._recover import connect, recover
-from ._schema import COLUMNS, IndexRow, RecordRef
+from ._recover import columns_of, connect, recover
+from ._schema import COLUMNS, IndexRow, RecordRef, select_list
 from ._segments import read_record
+from ._status import FsyncPolicy, RunStatus
 from ._writer import AppendItem, FlushItem, JournalItem, Writer
 
-__all__ = ["FSYNC_POLICIES", "Run", "open_run"]
+__all__ = ["Run", "open_run"]
 
-FSYNC_POLICIES = ("always", "interval", "never")
 Buffer = bytes | bytearray | memoryview
-_SELECT = ", ".join(f'"{c}"' for c in COLUMNS)
 _ORDER = {"seq", *COLUMNS}
 
 
@@ -46,6 +46,13 @@ class Run:
         self._meta = meta
         self._lock_fd = lock_fd
         self._conn = connect(layout, write=False)
+        try:
+            # An index written by an older build may lack appended columns: read them NULL.
+            self._present = columns_of(self._conn)
+            self._select = select_list(self._present)
+        except sqlite3.Error as exc:
+            self._conn.close()
+            raise store_error(f"cannot read index of {layout.root}", exc) from exc
         self._db_lock = threading.Lock()
         self._fds: dict[int, int] = {}
         self._writer: Writer | None = None
@@ -63,7 +70,7 @@ class Run:
         path: str | os.PathLike[str],
         *,
         meta: dict[str, Any] | None = None,
-        fsync: str = "interval",
+        fsync: FsyncPolicy | str = FsyncPolicy.INTERVAL,
         interval: float = 0.1,
         segment_bytes: int = 256 << 20,
         max_queued: int = 64,
@@ -73,11 +80,15 @@ class Run:
         """Open ``path`` for appending: a new run, or with ``resume`` an existing one
         (recovered first; its new episodes are appended after the old ones).
 
-        ``fsync``: ``"always"`` (each append returns after its bytes are synced),
-        ``"interval"`` (group commit at most every ``interval`` s) or ``"never"``.
+        ``fsync`` (a :class:`FsyncPolicy` or its string): ``"always"`` (each append returns
+        after its bytes are synced), ``"interval"`` (group commit at most every ``interval``
+        s) or ``"never"``.
         """
-        if fsync not in FSYNC_POLICIES:
-            raise ValueError(f"fsync must be one of {FSYNC_POLICIES}, not {fsync!r}")
+        try:
+            fsync = FsyncPolicy(fsync)
+        except ValueError:
+            known = ", ".join(p.value for p in FsyncPolicy)
+            raise ValueError(f"fsync must be one of {known}, not {fsync!r}") from None
         layout = Layout(path)
         config = dict(meta or {})
         run_meta, lock_fd = await asyncio.to_thread(
@@ -103,22 +114,28 @@ class Run:
 
     @classmethod
     def open(cls, path: str | os.PathLike[str]) -> Run:
-        """Open ``path`` for reading; if no writer is alive, recover it first."""
+        """Open ``path`` for reading. Nothing on disk is changed (a read-only directory or
+        mount works): a run whose writer crashed reads as it is; :meth:`verify` reports
+        what is wrong and :meth:`repair` (or ``tracewire check --repair``) fixes it."""
         layout = Layout(path)
-        meta = read_meta(layout)
-        try:
-            fd = layout.try_lock()
-        except OSError as exc:
-            fd = None
-            if exc.errno not in (errno.EACCES, errno.EROFS, errno.EPERM):
-                raise store_error(f"cannot open {layout.root}", exc) from exc
-        if fd is not None:
+        return cls(layout, read_meta(layout), None)
+
+    def verify(self) -> CheckReport:
+        """Check every record and index row without changing anything (see
+        ``tracewire check``): records decode, rows match their records' headers,
+        segments have no gaps or torn tails."""
+        with self._db_lock:
             try:
-                recover(layout)
-                meta = read_meta(layout)
-            finally:
-                Layout.unlock(fd)
-        return cls(layout, meta, None)
+                return verify_run(self.layout, self._conn, self.meta.get("status"))
+            except sqlite3.Error as exc:
+                raise store_error(f"cannot check {self.path}", exc) from exc
+
+    @staticmethod
+    def repair(path: str | os.PathLike[str]) -> CheckReport:
+        """Repair the run at ``path`` on purpose (no writer may hold it): truncate a torn
+        tail, index what is missing, rewrite wrong rows, store leftover journals as
+        incomplete. Intact records are never deleted. Returns a check made afterwards."""
+        return repair_run(path)
 
     @property
     def writable(self) -> bool:
@@ -228,8 +245,8 @@ class Run:
         self._journals[episode.id] = j
         return j
 
-    async def close(self, status: str = "complete") -> None:
-        """Finish pending writes, record ``status`` ("complete"/"interrupted") and release
+    async def close(self, status: RunStatus | str = RunStatus.COMPLETE) -> None:
+        """Finish pending writes, record ``status`` (complete/interrupted) and release
         the run. Journals still open stay on disk (recovered as incomplete on reopen)."""
         if self._closed:
             return
@@ -244,7 +261,7 @@ class Run:
             finally:
                 writer.stop()
                 await asyncio.to_thread(writer.join)
-                meta = {**self._meta, "status": status, "ended": time.time()}
+                meta = {**self._meta, "status": RunStatus(status).value, "ended": time.time()}
                 try:
                     await asyncio.to_thread(write_meta, self.layout, meta)
                     self._meta = meta
@@ -269,7 +286,7 @@ class Run:
     async def __aexit__(
         self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
     ) -> None:
-        await self.close("complete" if et is None else "interrupted")
+        await self.close(RunStatus.COMPLETE if et is None else RunStatus.INTERRUPTED)
 
     def __enter__(self) -> Run:
         return self
@@ -312,13 +329,42 @@ class Run:
             raise ValueError(f"cannot order by {order_by!r}")
         where, args = self._where(filters)
         desc = " DESC" if order_by.startswith("-") else ""
-        sql = f'SELECT {_SELECT} FROM episodes{where} ORDER BY "{order_by.lstrip("-")}"{desc}'
+        sql = f'SELECT {self._select} FROM episodes{where} ORDER BY "{order_by.lstrip("-")}"{desc}'
         if limit is not None:
             sql += f" LIMIT {int(limit)}"
         return [IndexRow.from_sql(r) for r in self._query(sql, args)]
 
     def __len__(self) -> int:
         return int(self._query("SELECT COUNT(*) FROM episodes")[0][0])
+
+    def _columns(self, columns: Sequence[str]) -> str:
+        for c in columns:
+            if c not in _ORDER:
+                raise ValueError(f"unknown index column {c!r}; known: seq, {', '.join(COLUMNS)}")
+        return select_list(self._present, columns)
+
+    def index_head(self) -> int:
+        """The highest ``seq`` in the index (0 when empty; one B-tree probe): rows only ever
+        arrive with a higher ``seq`` (a replaced row too), so a reader polls this to learn
+        whether to catch up, and counts rows (``len(run)``) only when it moved."""
+        return int(self._query("SELECT COALESCE(MAX(seq), 0) FROM episodes")[0][0])
+
+    def index_since(self, seq: int, columns: Sequence[str]) -> list[tuple[Any, ...]]:
+        """Raw values of ``columns`` (index column names, or ``"seq"``) of every row with a
+        ``seq`` above ``seq``, in ``seq`` order (``rewards``/``metrics`` as JSON text)."""
+        sql = f"SELECT {self._columns(columns)} FROM episodes WHERE seq > ? ORDER BY seq"
+        return self._query(sql, (int(seq),))
+
+    def index_at(self, seqs: Sequence[int], columns: Sequence[str]) -> list[tuple[Any, ...]]:
+        """Raw values of ``columns`` of the rows with the given ``seq`` values (any order;
+        missing ones are left out)."""
+        out: list[tuple[Any, ...]] = []
+        select = self._columns(columns)
+        for i in range(0, len(seqs), 500):
+            chunk = [int(s) for s in seqs[i : i + 500]]
+            marks = ", ".join("?" for _ in chunk)
+            out += self._query(f"SELECT {select} FROM episodes WHERE seq IN ({marks})", chunk)
+        return out
 
     def read(self, ref: RecordRef) -> Episode:
         """The episode stored at ``ref`` (one ``pread``, CRC-checked, buffers not copied)."""
@@ -344,7 +390,13 @@ class Run:
         found = self.rows(episode_id=episode_id)
         if not found:
             raise KeyError(episode_id)
-        return self.read(found[0].ref)
+        ep = self.read(found[0].ref)
+        if ep.id != episode_id:
+            raise CorruptRecordError(
+                0, f"the index row of episode {episode_id!r} points at episode {ep.id!r} "
+                "(damaged index: run `tracewire check --repair`)"
+            )
+        return ep
 
     def episodes(self, **filters: Any) -> Iterator[Episode]:
         """Episodes matching ``filters`` (as :meth:`rows`), read lazily one at a time."""
@@ -356,7 +408,7 @@ class Run:
 
     def index(self, kind: str = "pandas") -> Any:
         """The index as a DataFrame (``kind``: "pandas" or "polars"); rewards/metrics JSON."""
-        rows = self._query(f"SELECT seq, {_SELECT} FROM episodes ORDER BY seq")
+        rows = self._query(f"SELECT seq, {self._select} FROM episodes ORDER BY seq")
         cols = ["seq", *COLUMNS]
         data = {c: [r[i] for r in rows] for i, c in enumerate(cols)}
         if kind == "pandas":
@@ -439,7 +491,8 @@ def _prepare_writer(
                 raise StoreError(errno.EEXIST, f"{layout.root} already holds a run (resume it)")
             recover(layout)
             meta = read_meta(layout)
-            meta = {**meta, "status": "running", "resumed": time.time(), "ended": None}
+            meta = {**meta, "status": RunStatus.RUNNING.value, "resumed": time.time(),
+                    "ended": None}
             if config:
                 meta["config"] = {**meta.get("config", {}), **config}
         else:
@@ -458,7 +511,7 @@ def _prepare_writer(
 
 
 def open_run(path: str | os.PathLike[str]) -> Run:
-    """Open a run directory for reading (recovering it first if its writer is gone)."""
+    """Open a run directory for reading; changes nothing on disk (see :meth:`Run.open`)."""
     return Run.open(path)
 
 

@@ -1,84 +1,45 @@
 """The run index: one SQLite row per stored episode. The schema is defined here only.
 
-Rows are computed from an episode record's msgpack header by a light decoder that skips
-nodes and token buffers, so indexing bytes received over the wire (or rebuilding rows
-during recovery) never decodes or re-encodes the columns.
+:class:`IndexRow` declares the columns (each field's SQL type in its metadata); ``COLUMNS``,
+the statements and the row conversions are derived from it. Rows are computed from an
+episode record's header by the codec's light decoder (``tracewire.codec.decode_summary``),
+which skips nodes and token buffers, so indexing bytes received over the wire (or rebuilding
+rows during recovery) never decodes or re-encodes the columns.
+
+Evolution (docs/SCHEMA.md): columns are only appended, nullable, at the end; a writer adds
+the ones an older index lacks (``ALTER TABLE ... ADD COLUMN``), a reader of an older index
+reads them as NULL, so old runs still open.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import struct
-from collections.abc import Callable
+import math
+from collections.abc import Callable, Iterable
 from typing import Any
 
-import msgspec
 import orjson
 
-from .._errors import DecodeError
+from .._errors import StoreError
+from ..codec import TraceSummary, decode_summary
+from ._status import EpisodeStatus
 
 __all__ = [
     "COLUMNS",
     "INDEX_VERSION",
     "IndexRow",
     "RecordRef",
+    "add_columns_sql",
     "create_sql",
     "insert_sql",
+    "row_from_episode",
     "row_from_header",
+    "rows_differ",
+    "select_list",
 ]
 
 #: Bumped when the table changes incompatibly; stored as ``PRAGMA user_version``.
 INDEX_VERSION = 1
-
-#: Column name -> SQLite type, in table order (``seq`` is the implicit append order).
-COLUMNS: dict[str, str] = {
-    "episode_id": "TEXT NOT NULL UNIQUE",
-    "run": "TEXT",
-    "env": "TEXT",
-    "task_key": "TEXT",
-    "group_id": "TEXT",
-    "group_index": "INTEGER",
-    "status": "TEXT",
-    "ok": "INTEGER",
-    "stop": "TEXT",
-    "reward": "REAL",
-    "rewards": "TEXT",
-    "metrics": "TEXT",
-    "turns": "INTEGER",
-    "input_tokens": "INTEGER",
-    "output_tokens": "INTEGER",
-    "n_tokens": "INTEGER",
-    "n_traces": "INTEGER",
-    "errors": "INTEGER",
-    "started": "REAL",
-    "ended": "REAL",
-    "duration": "REAL",
-    "written": "REAL",
-    "segment": "INTEGER",
-    "offset": "INTEGER",
-    "length": "INTEGER",
-    "crc": "INTEGER",
-}
-
-
-def create_sql() -> list[str]:
-    """Statements creating the index (idempotent)."""
-    cols = ",\n  ".join(f'"{name}" {typ}' for name, typ in COLUMNS.items())
-    return [
-        f"CREATE TABLE IF NOT EXISTS episodes (\n  seq INTEGER PRIMARY KEY AUTOINCREMENT,\n"
-        f"  {cols}\n)",
-        "CREATE INDEX IF NOT EXISTS episodes_task ON episodes (task_key, group_index)",
-        "CREATE INDEX IF NOT EXISTS episodes_env ON episodes (env)",
-        "CREATE INDEX IF NOT EXISTS episodes_status ON episodes (status)",
-        "CREATE INDEX IF NOT EXISTS episodes_ref ON episodes (segment, offset)",
-    ]
-
-
-def insert_sql() -> str:
-    """Upsert of one row (a re-appended episode id replaces its older row)."""
-    names = ", ".join(f'"{n}"' for n in COLUMNS)
-    marks = ", ".join("?" for _ in COLUMNS)
-    return f"INSERT OR REPLACE INTO episodes ({names}) VALUES ({marks})"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -95,32 +56,35 @@ class RecordRef:
 class IndexRow:
     """One episode's index row (``rewards`` and ``metrics`` decoded from their JSON)."""
 
-    episode_id: str
-    run: str
-    env: str
-    task_key: str
-    group_id: str | None
-    group_index: int
-    status: str
-    ok: bool
-    stop: str | None
-    reward: float
-    rewards: dict[str, float]
-    metrics: dict[str, float]
-    turns: int
-    input_tokens: int
-    output_tokens: int
-    n_tokens: int
-    n_traces: int
-    errors: int
-    started: float | None
-    ended: float | None
-    duration: float | None
-    written: float
-    segment: int
-    offset: int
-    length: int
-    crc: int
+    episode_id: str = dataclasses.field(metadata={"sql": "TEXT NOT NULL UNIQUE"})
+    run: str = dataclasses.field(metadata={"sql": "TEXT"})
+    env: str = dataclasses.field(metadata={"sql": "TEXT"})
+    task_key: str = dataclasses.field(metadata={"sql": "TEXT"})
+    group_id: str | None = dataclasses.field(metadata={"sql": "TEXT"})
+    group_index: int = dataclasses.field(metadata={"sql": "INTEGER"})
+    status: str = dataclasses.field(metadata={"sql": "TEXT"})
+    ok: bool = dataclasses.field(metadata={"sql": "INTEGER"})
+    stop: str | None = dataclasses.field(metadata={"sql": "TEXT"})
+    reward: float = dataclasses.field(metadata={"sql": "REAL"})
+    rewards: dict[str, float] = dataclasses.field(metadata={"sql": "TEXT"})
+    metrics: dict[str, float] = dataclasses.field(metadata={"sql": "TEXT"})
+    turns: int = dataclasses.field(metadata={"sql": "INTEGER"})
+    input_tokens: int = dataclasses.field(metadata={"sql": "INTEGER"})
+    output_tokens: int = dataclasses.field(metadata={"sql": "INTEGER"})
+    n_tokens: int = dataclasses.field(metadata={"sql": "INTEGER"})
+    n_traces: int = dataclasses.field(metadata={"sql": "INTEGER"})
+    errors: int = dataclasses.field(metadata={"sql": "INTEGER"})
+    started: float | None = dataclasses.field(metadata={"sql": "REAL"})
+    ended: float | None = dataclasses.field(metadata={"sql": "REAL"})
+    duration: float | None = dataclasses.field(metadata={"sql": "REAL"})
+    written: float = dataclasses.field(metadata={"sql": "REAL"})
+    segment: int = dataclasses.field(metadata={"sql": "INTEGER"})
+    offset: int = dataclasses.field(metadata={"sql": "INTEGER"})
+    length: int = dataclasses.field(metadata={"sql": "INTEGER"})
+    crc: int = dataclasses.field(metadata={"sql": "INTEGER"})
+    # Appended columns (nullable, default NULL): trainer bookkeeping from episode.info.
+    step: int | None = dataclasses.field(default=None, metadata={"sql": "INTEGER"})
+    policy_version: int | None = dataclasses.field(default=None, metadata={"sql": "INTEGER"})
 
     @property
     def ref(self) -> RecordRef:
@@ -129,22 +93,39 @@ class IndexRow:
 
     def values(self) -> tuple[Any, ...]:
         """Values in ``COLUMNS`` order, ready for :func:`insert_sql`."""
-        return (
-            self.episode_id, self.run, self.env, self.task_key, self.group_id,
-            self.group_index, self.status, int(self.ok), self.stop, self.reward,
-            orjson.dumps(self.rewards).decode(), orjson.dumps(self.metrics).decode(),
-            self.turns, self.input_tokens, self.output_tokens, self.n_tokens, self.n_traces,
-            self.errors, self.started, self.ended, self.duration, self.written,
-            self.segment, self.offset, self.length, self.crc,
-        )  # fmt: skip
+        out = []
+        for name in COLUMNS:
+            v = getattr(self, name)
+            if name in _JSON:
+                v = orjson.dumps(v).decode()
+            elif name == "ok":
+                v = int(v)
+            out.append(v)
+        return tuple(out)
 
     @classmethod
-    def from_sql(cls, values: tuple[Any, ...]) -> IndexRow:
-        """Build from a ``SELECT <COLUMNS>`` result row."""
+    def from_sql(cls, values: Iterable[Any]) -> IndexRow:
+        """Build from a ``SELECT <select_list()>`` result row; a value of the wrong type (a
+        damaged index) raises ``StoreError``, never a library error."""
         d = dict(zip(COLUMNS, values, strict=True))
+        for name, v in d.items():
+            ok_types, nullable = _CHECK[name]
+            if v is None and nullable:
+                continue
+            if not isinstance(v, ok_types) or isinstance(v, bool):
+                raise StoreError(
+                    0, f"index row has {type(v).__name__} in column {name!r}: damaged index "
+                    "(run `tracewire check --repair`)"
+                )
         d["ok"] = bool(d["ok"])
-        d["rewards"] = orjson.loads(d["rewards"] or "{}")
-        d["metrics"] = orjson.loads(d["metrics"] or "{}")
+        for name in _JSON:
+            try:
+                obj = orjson.loads(d[name] or "{}")
+            except orjson.JSONDecodeError as exc:
+                raise StoreError(0, f"index column {name!r} is not JSON: damaged index") from exc
+            if not isinstance(obj, dict):
+                raise StoreError(0, f"index column {name!r} is not an object: damaged index")
+            d[name] = obj
         return cls(**d)
 
     def as_dict(self) -> dict[str, Any]:
@@ -152,50 +133,67 @@ class IndexRow:
         return dataclasses.asdict(self)
 
 
-# -- light decoding of an episode header ---------------------------------------------------
+#: Column name -> SQLite type, in table order (``seq`` is the implicit append order).
+COLUMNS: dict[str, str] = {f.name: f.metadata["sql"] for f in dataclasses.fields(IndexRow)}
+_JSON = ("rewards", "metrics")
+_NULLABLE = {"group_id", "stop", "started", "ended", "duration", "step", "policy_version"}
+_PY = {"TEXT": (str,), "INTEGER": (int,), "REAL": (float, int)}
+_CHECK: dict[str, tuple[tuple[type, ...], bool]] = {
+    n: (_PY[t.split()[0]], n in _NULLABLE) for n, t in COLUMNS.items()
+}
+#: Columns present since the first index version; later ones may be missing in old runs.
+_ORIGINAL = tuple(COLUMNS)[: tuple(COLUMNS).index("step")]
 
 
-class _Span(msgspec.Struct):
-    start: float
-    end: float | None = None
+def create_sql() -> list[str]:
+    """Statements creating the index (idempotent)."""
+    cols = ",\n  ".join(f'"{name}" {typ}' for name, typ in COLUMNS.items())
+    return [
+        f"CREATE TABLE IF NOT EXISTS episodes (\n  seq INTEGER PRIMARY KEY AUTOINCREMENT,\n"
+        f"  {cols}\n)",
+        "CREATE INDEX IF NOT EXISTS episodes_task ON episodes (task_key, group_index)",
+        "CREATE INDEX IF NOT EXISTS episodes_env ON episodes (env)",
+        "CREATE INDEX IF NOT EXISTS episodes_status ON episodes (status)",
+        "CREATE INDEX IF NOT EXISTS episodes_ref ON episodes (segment, offset)",
+    ]
 
 
-class _Reward(msgspec.Struct):
-    score: float
-    weight: float = 1.0
+def add_columns_sql(present: Iterable[str]) -> list[str]:
+    """``ALTER TABLE`` statements adding the columns an older index lacks."""
+    have = set(present)
+    return [f'ALTER TABLE episodes ADD COLUMN "{n}" {t}' for n, t in COLUMNS.items()
+            if n not in have and n not in _ORIGINAL]
 
 
-class _Call(msgspec.Struct):
-    usage: dict[str, int] = {}
-    span: _Span | None = None
+def select_list(present: Iterable[str], columns: Iterable[str] = COLUMNS) -> str:
+    """The SELECT list of ``columns``, reading a column an older index lacks as NULL."""
+    have = set(present)
+    return ", ".join(f'"{c}"' if c in have or c == "seq" else f'NULL AS "{c}"' for c in columns)
 
 
-class _Trace(msgspec.Struct):
-    errors: list[msgspec.Raw] = []
-    calls: list[_Call] = []
-    timing: dict[str, _Span] = {}
-    rewards: dict[str, _Reward] = {}
-    metrics: dict[str, float] = {}
-    stop: str | None = None
-    columns: dict[str, list[Any]] = {}
+def insert_sql() -> str:
+    """Upsert of one row (a re-appended episode id replaces its older row)."""
+    names = ", ".join(f'"{n}"' for n in COLUMNS)
+    marks = ", ".join("?" for _ in COLUMNS)
+    return f"INSERT OR REPLACE INTO episodes ({names}) VALUES ({marks})"
 
 
-class _Episode(msgspec.Struct, tag="episode"):
-    id: str
-    env: str = ""
-    task_key: str = ""
-    group_id: str | None = None
-    group_index: int = 0
-    run: str = ""
-    ok: bool = True
-    errors: list[msgspec.Raw] = []
-    timing: dict[str, _Span] = {}
-    info: dict[str, Any] = {}
-    traces: list[_Trace] = []
+def rows_differ(stored: IndexRow, expected: IndexRow) -> list[str]:
+    """Names of the columns where a stored row disagrees with the one its record implies
+    (``written``, the time of indexing, is not derived from the record)."""
+    out = []
+    for name in COLUMNS:
+        if name == "written":
+            continue
+        a, b = getattr(stored, name), getattr(expected, name)
+        if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
+            continue
+        if a != b:
+            out.append(name)
+    return out
 
 
-_light = msgspec.msgpack.Decoder(_Episode)
-_PREFIX = struct.Struct("<4sHHIIQII")
+# -- rows from an episode or its header ----------------------------------------------------
 
 
 def _usage(u: dict[str, int], *keys: str) -> int:
@@ -206,11 +204,17 @@ def _usage(u: dict[str, int], *keys: str) -> int:
     return 0
 
 
+def _int_info(info: dict[str, Any], key: str) -> int | None:
+    # Trainer bookkeeping is set by user code: anything but a plain int reads as absent.
+    v = info.get(key)
+    return v if isinstance(v, int) and not isinstance(v, bool) and -(2**63) <= v < 2**63 else None
+
+
 def row_from_episode(
     ep: Any, ref: RecordRef, written: float, pause: Callable[[], None] | None = None
 ) -> IndexRow:
     """Index row of a live :class:`~tracewire.Episode` (plain Python, with ``pause()`` every
-    512 calls so the writer thread lets the event loop in during long episodes)."""
+    128 calls so the writer thread lets the event loop in during long episodes)."""
     return _row(ep, ref, written, n_tokens=lambda t: len(t.tokens), pause=pause)
 
 
@@ -218,16 +222,11 @@ def row_from_header(
     header: bytes | bytearray | memoryview, ref: RecordRef, written: float
 ) -> IndexRow:
     """Index row of the episode whose msgpack header is ``header`` (skips nodes/buffers)."""
-    try:
-        e = _light.decode(header)
-    except msgspec.DecodeError as exc:  # includes ValidationError
-        raise DecodeError(f"not an episode header: {exc}") from exc
-    return _row(e, ref, written, n_tokens=_header_tokens)
+    return _row(decode_summary(header), ref, written, n_tokens=_header_tokens)
 
 
-def _header_tokens(t: Any) -> int:
-    ids = t.columns.get("ids")
-    return int(ids[2][0]) if ids and len(ids) == 3 and ids[2] else 0
+def _header_tokens(t: TraceSummary) -> int:
+    return t.n_tokens
 
 
 def _row(
@@ -252,7 +251,7 @@ def _row(
         turns += len(t.calls)
         errors += len(t.errors)
         for k, c in enumerate(t.calls):
-            # ~3 µs per call: pause every 128 so the writer never holds the GIL ~0.5 ms.
+            # ~3 µs per call: pause every 128 so the writer never holds the GIL long.
             if pause is not None and k and not k & 127:
                 pause()
             if c.span is not None:
@@ -260,7 +259,7 @@ def _row(
             inp += _usage(c.usage, "prompt_tokens", "input_tokens")
             out += _usage(c.usage, "completion_tokens", "output_tokens")
         n_tok += n_tokens(t)
-    main = e.traces[0] if e.traces else _Trace()
+    main = e.traces[0] if e.traces else TraceSummary()
     return IndexRow(
         episode_id=e.id,
         run=e.run,
@@ -268,7 +267,8 @@ def _row(
         task_key=e.task_key,
         group_id=e.group_id,
         group_index=e.group_index,
-        status="incomplete" if e.info.get("incomplete") else "complete",
+        status=(EpisodeStatus.INCOMPLETE if e.info.get("incomplete")
+                else EpisodeStatus.COMPLETE).value,
         ok=e.ok,
         stop=main.stop,
         reward=float(sum(r.score * r.weight for r in main.rewards.values())),
@@ -288,12 +288,7 @@ def _row(
         offset=ref.offset,
         length=ref.length,
         crc=ref.crc,
+        step=_int_info(e.info, "step"),
+        policy_version=_int_info(e.info, "policy_version"),
     )
 
-
-def record_parts_info(prefix: bytes | memoryview) -> tuple[int, int, int, int]:
-    """``(total, header_offset, header_len, header_crc)`` from a record's 32-byte prefix."""
-    magic, _, _, hlen, nbuf, total, hcrc, _ = _PREFIX.unpack_from(prefix)
-    if magic != b"TWR1":
-        raise DecodeError("not a tracewire record")
-    return int(total), _PREFIX.size + 16 * int(nbuf), int(hlen), int(hcrc)

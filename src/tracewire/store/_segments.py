@@ -1,8 +1,11 @@
-"""Segment files: whole-record writes, verified reads, and recovery of a torn tail.
+"""Segment files: whole-record writes, verified reads, scans, and recovery of a torn tail.
 
 A segment is a plain concatenation of self-checking records (``tracewire.codec`` record
 framing). Writes go through ``os.writev`` from the record's parts; a failed write is cut
-back so no partial record stays behind. Recovery scans only what the index does not cover.
+back so no partial record stays behind. A scan tells intact records (framing and CRCs hold,
+whether or not this build can decode them) from damaged bytes; recovery (writers only)
+scans only what the index does not cover and truncates only a tail that is not an intact
+record.
 """
 
 from __future__ import annotations
@@ -13,21 +16,21 @@ import mmap
 import os
 import sqlite3
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 
 from .._errors import CorruptRecordError, DecodeError
-from ..codec import RECORD_PREFIX, decode_record, record_length
+from ..codec import RECORD_MAGIC, RECORD_PREFIX, RecordInfo, record_info, verify_record
 from ._layout import Layout
-from ._schema import IndexRow, RecordRef, record_parts_info, row_from_header
+from ._schema import IndexRow, RecordRef, insert_sql, row_from_header
 
-__all__ = ["WRITE_SLICE", "read_record", "recover_segments", "write_parts"]
+__all__ = ["WRITE_SLICE", "Piece", "read_record", "recover_segments", "walk", "write_parts"]
 
 log = logging.getLogger("tracewire.store")
 Buffer = bytes | bytearray | memoryview
 _IOV_MAX = 512
 #: Bytes per ``writev`` call of :func:`write_parts` (~0.1–1 ms each).
 WRITE_SLICE = 1 << 19
-_MAGIC = b"TWR1"
 
 
 def write_parts(
@@ -104,73 +107,118 @@ def start_writeback(fd: int, offset: int, nbytes: int) -> None:
 
 
 def read_record(fd: int, ref: RecordRef) -> bytes:
-    """The verified bytes of the record at ``ref`` (one ``pread``)."""
+    """The bytes of the record at ``ref`` (one ``pread``); its prefix must name the length
+    and header CRC the index holds, so a damaged index row never reads another record."""
     data = os.pread(fd, ref.length, ref.offset)
     if len(data) != ref.length:
         raise CorruptRecordError(
             0, f"segment {ref.segment} ends inside the record at offset {ref.offset}"
         )
+    try:
+        info = record_info(data)
+    except DecodeError as exc:
+        raise CorruptRecordError(
+            0, f"no record at segment {ref.segment} offset {ref.offset}: {exc}"
+        ) from exc
+    if info.total != ref.length or info.header_crc != ref.crc:
+        raise CorruptRecordError(
+            0, f"the index row for segment {ref.segment} offset {ref.offset} does not match "
+            "the record there (damaged index: run `tracewire check --repair`)"
+        )
     return data
 
 
-def _valid_at(mm: mmap.mmap, pos: int, size: int) -> int:
-    """Length of a valid record at ``pos`` or 0."""
+@dataclass(frozen=True, slots=True)
+class Piece:
+    """A stretch of a segment: an intact record (``info`` set) or bytes that form none."""
+
+    offset: int
+    length: int
+    info: RecordInfo | None
+
+    @property
+    def intact(self) -> bool:
+        """True for a record whose framing and CRCs hold."""
+        return self.info is not None
+
+
+def _intact_at(mm: mmap.mmap, pos: int, size: int) -> RecordInfo | None:
+    """The record at ``pos`` if its framing and CRCs hold (not decoded), else None."""
     if size - pos < RECORD_PREFIX:
-        return 0
+        return None
     try:
-        total = record_length(mm[pos : pos + RECORD_PREFIX])
-        if pos + total > size:
-            return 0
-        decode_record(memoryview(mm)[pos : pos + total], verify=True)
+        info = record_info(mm[pos : pos + RECORD_PREFIX])
+        if pos + info.total > size:
+            return None
+        with memoryview(mm) as mv:
+            return verify_record(mv[pos : pos + info.total])
     except DecodeError:
-        return 0
-    except Exception:
-        return 0
-    return total
+        return None
+
+
+def walk(mm: mmap.mmap, start: int = 0) -> Iterator[Piece]:
+    """The pieces of a segment from ``start`` on: intact records, and the damaged bytes
+    between them (a run up to the next intact record, or to the end: a torn tail)."""
+    size = len(mm)
+    pos = start
+    while pos < size:
+        info = _intact_at(mm, pos, size)
+        if info is not None:
+            yield Piece(pos, info.total, info)
+            pos += info.total
+            continue
+        # Bad bytes: look for a later intact record (damage in the middle must not cost
+        # the records after it); none means everything to the end is a torn tail.
+        nxt = mm.find(RECORD_MAGIC, pos + 1)
+        while nxt != -1 and _intact_at(mm, nxt, size) is None:
+            nxt = mm.find(RECORD_MAGIC, nxt + 1)
+        end = size if nxt == -1 else nxt
+        yield Piece(pos, end - pos, None)
+        pos = end
+
+
+def map_segment(path: os.PathLike[str] | str) -> mmap.mmap | None:
+    """A read-only map of a segment file (None when empty)."""
+    with open(path, "rb") as f:
+        if os.fstat(f.fileno()).st_size == 0:
+            return None
+        return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
 
 
 def _scan(path: os.PathLike[str] | str, seg: int, start: int) -> tuple[list[IndexRow], int]:
-    """Rows of valid records from ``start`` on, and the offset where valid data ends."""
+    """Rows of intact records from ``start`` on, and the offset where intact data ends."""
     rows: list[IndexRow] = []
-    with open(path, "rb") as f:
-        size = os.fstat(f.fileno()).st_size
-        if size <= start:
-            return rows, min(start, size)
-        mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-        try:
-            pos = end = start
-            while pos < size:
-                n = _valid_at(mm, pos, size)
-                if n == 0:
-                    # Bad bytes: look for a later valid record (damage in the middle must
-                    # not cost the records after it); none means a torn tail.
-                    nxt = mm.find(_MAGIC, pos + 1)
-                    while nxt != -1 and not _valid_at(mm, nxt, size):
-                        nxt = mm.find(_MAGIC, nxt + 1)
-                    if nxt == -1:
-                        break
-                    log.warning("segment %d: skipping %d bad bytes at %d", seg, nxt - pos, pos)
-                    pos = nxt
-                    continue
-                rec = memoryview(mm)[pos : pos + n]
-                _total, hoff, hlen, hcrc = record_parts_info(rec)
-                ref = RecordRef(seg, pos, n, hcrc)
-                try:
-                    rows.append(row_from_header(bytes(rec[hoff : hoff + hlen]), ref, time.time()))
-                except DecodeError:
-                    log.warning("segment %d: record at %d is not an episode; skipped", seg, pos)
-                rec.release()
-                pos = end = pos + n
-        finally:
-            mm.close()
+    mm = map_segment(path)
+    if mm is None:
+        return rows, 0
+    try:
+        if len(mm) <= start:
+            return rows, min(start, len(mm))
+        end = start
+        for piece in walk(mm, start):
+            if piece.info is None:
+                log.warning("segment %d: %d damaged bytes at %d", seg, piece.length,
+                            piece.offset)
+                continue
+            end = piece.offset + piece.length
+            info = piece.info
+            ref = RecordRef(seg, piece.offset, info.total, info.header_crc)
+            hoff = piece.offset + info.header_offset
+            try:
+                rows.append(row_from_header(mm[hoff : hoff + info.header_len], ref, time.time()))
+            except DecodeError as exc:
+                # Intact but not decodable here (newer schema, buggy writer): kept as it is.
+                log.warning("segment %d: intact record at %d is not indexed (%s); kept",
+                            seg, piece.offset, exc)
+    finally:
+        mm.close()
     return rows, end
 
 
 def recover_segments(layout: Layout, conn: sqlite3.Connection) -> tuple[int, int]:
-    """Index records the index lacks, drop rows pointing past a file's end, truncate torn
-    tails. Returns ``(rows_added, bytes_truncated)``. Caller holds the writer lock."""
-    from ._schema import insert_sql
-
+    """Index records the index lacks, drop rows pointing past a file's end, truncate a torn
+    tail (only bytes after the last intact record). Returns ``(rows_added,
+    bytes_truncated)``. Writers only: the caller holds the writer lock."""
     added = cut = 0
     for seg in layout.segment_numbers():
         path = layout.segment(seg)

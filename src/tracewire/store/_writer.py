@@ -10,8 +10,8 @@ Keeping the loop's lag low is this thread's job: every long step is cut into sli
 512 calls while building the index row) and ``_encode.yield_gil`` runs between slices; when
 a sync follows, write-back of each slice starts right after it is written, so ``fdatasync``
 does not submit a whole record in one long system call. The interpreter's switch interval
-is left alone unless ``Run.create(switch_interval=...)`` asks for it: measured with the
-pauses above, lowering it to 1 ms did not change the worst loop lag (bench/README.md).
+is left alone unless ``Run.create(switch_interval=...)`` asks for it: with the pauses
+above it does not set the worst loop lag (bench/README.md has the figures).
 """
 
 from __future__ import annotations
@@ -28,8 +28,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from .._errors import StoreError, TracewireError
-from ..codec import EpisodeDelta, encode_frames
+from ..codec import EpisodeDelta, encode_frames, record_info
 from ..trace import Episode
 from ._encode import episode_parts, record_parts, yield_gil
 from ._layout import Layout, fsync_dir, store_error
@@ -37,15 +39,18 @@ from ._schema import (
     IndexRow,
     RecordRef,
     insert_sql,
-    record_parts_info,
     row_from_episode,
     row_from_header,
 )
 from ._segments import write_parts
+from ._status import FsyncPolicy
 
 __all__ = ["AppendItem", "FlushItem", "JournalItem", "Writer"]
 
 log = logging.getLogger("tracewire.store")
+#: What encoding an episode built with bad values raises (an int past 64 bits is an
+#: OverflowError): that append fails with a StoreError, the writer goes on.
+_BAD_INPUT = (OSError, ValueError, TypeError, ArithmeticError, msgspec.EncodeError)
 Buffer = bytes | bytearray | memoryview
 #: Called in the writer thread with the outcome of one item.
 Done = Callable[[RecordRef | None, BaseException | None], None]
@@ -107,7 +112,7 @@ class Writer(threading.Thread):
         self,
         layout: Layout,
         *,
-        fsync: str,
+        fsync: FsyncPolicy,
         interval: float,
         segment_bytes: int,
         conn_factory: Callable[[], sqlite3.Connection],
@@ -178,7 +183,13 @@ class Writer(threading.Thread):
             if isinstance(item, _Stop):
                 self._commit()
                 return
-            self._handle(item)
+            try:
+                self._handle(item)
+            except BaseException as exc:
+                # A bug: the item in hand fails too (the crash handler fails the rest).
+                if isinstance(item, AppendItem | FlushItem):
+                    item.done(None, store_error("store writer crashed", exc))
+                raise
             if len(self._pending) >= _MAX_BATCH or (
                 self.fsync == "interval"
                 and self._pending
@@ -217,7 +228,8 @@ class Writer(threading.Thread):
                 assert item.frames is not None
                 parts = record_parts(item.frames)
             prefix = memoryview(parts[0])
-            total, _hoff, _hlen, hcrc = record_parts_info(prefix)
+            info = record_info(prefix)
+            total, hcrc = info.total, info.header_crc
             if item.episode is not None:
                 row = row_from_episode(item.episode, RecordRef(0, 0, 0, 0), 0.0, yield_gil)
             else:  # parts: prefix, buffer table, header, buffers...
@@ -237,7 +249,7 @@ class Writer(threading.Thread):
             self._pending.append((row, item.done, item.journal))
         except TracewireError as exc:
             item.done(None, exc)
-        except (OSError, ValueError, TypeError) as exc:
+        except _BAD_INPUT as exc:
             item.done(None, store_error("cannot store the episode", exc))
 
     def _journal(self, item: JournalItem) -> None:
@@ -251,7 +263,7 @@ class Writer(threading.Thread):
                 start = os.fstat(fd).st_size
                 write_parts(fd, record_parts(encode_frames(item.delta)), start, yield_gil)
                 self._dirty.add(fd)
-        except (OSError, ValueError, TypeError) as exc:
+        except _BAD_INPUT as exc:
             item.on_error(store_error(f"cannot write journal {item.path.name}", exc))
 
     # -- commit -----------------------------------------------------------------------------

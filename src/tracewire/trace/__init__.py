@@ -14,10 +14,11 @@ from ._model import (
     ToolCall,
 )
 from ._stop import StopReason
-from ._trace import SCALAR_FIELDS, Episode, Trace, Watcher, new_id
+from ._trace import EPISODE_FIELDS, SCALAR_FIELDS, Episode, Trace, Watcher, new_id
 
 __all__ = [
     "BASE_COLUMNS",
+    "EPISODE_FIELDS",
     "SCALAR_FIELDS",
     "SCHEMA_VERSION",
     "Branch",

@@ -20,7 +20,7 @@ from ._branch import Branch
 from ._columns import Columns
 from ._model import SCHEMA_VERSION, Call, ErrorInfo, Link, Message, Node, Reward, Span
 
-__all__ = ["SCALAR_FIELDS", "Episode", "Trace", "Watcher", "new_id"]
+__all__ = ["EPISODE_FIELDS", "SCALAR_FIELDS", "Episode", "Trace", "Watcher", "new_id"]
 
 log = logging.getLogger("tracewire.trace")
 
@@ -29,6 +29,12 @@ Watcher = Callable[["Trace"], None]
 
 #: Trace fields that are set rather than appended; deltas carry them when they change.
 SCALAR_FIELDS = ("agent", "timing", "rewards", "metrics", "info", "stop", "completed", "ok")
+
+#: An episode's own fields (all but its traces), in their wire order. Declared only here:
+#: the codec's header and delta head Structs are checked against it when imported, and the
+#: store's index rows are computed from a subset of it.
+EPISODE_FIELDS = ("id", "env", "task_key", "task", "group_id", "group_index", "run", "ok",
+                  "errors", "timing", "info")
 
 
 def new_id() -> str:
@@ -213,20 +219,7 @@ class Trace:
 class Episode:
     """One rollout of one task: its traces plus identity, grouping, timing and errors."""
 
-    __slots__ = (
-        "env",
-        "errors",
-        "group_id",
-        "group_index",
-        "id",
-        "info",
-        "ok",
-        "run",
-        "task",
-        "task_key",
-        "timing",
-        "traces",
-    )
+    __slots__ = (*EPISODE_FIELDS, "traces")
 
     def __init__(
         self,

@@ -47,7 +47,22 @@ def json_response(data: Any, *, status: int = 200, headers: Mapping[str, str] | 
 
 
 def error(cls: type[web.HTTPException], message: str) -> web.HTTPException:
+    """An HTTP error of class ``cls`` carrying ``{"error": message}`` as JSON."""
     return cls(text=orjson.dumps({"error": message}).decode(), content_type="application/json")
+
+
+def _as_json(exc: web.HTTPException) -> web.HTTPException:
+    # Some HTTP errors take required arguments of their own (405: the method and what is
+    # allowed, which also sets the Allow header); rebuild those with them.
+    body = orjson.dumps({"error": exc.reason}).decode()
+    if isinstance(exc, web.HTTPMethodNotAllowed):
+        return web.HTTPMethodNotAllowed(
+            exc.method, exc.allowed_methods, text=body, content_type="application/json"
+        )
+    try:
+        return type(exc)(text=body, content_type="application/json")
+    except TypeError:  # another error class with required arguments: keep it as it is
+        return exc
 
 
 def bad_request(message: str) -> web.HTTPException:
@@ -130,7 +145,7 @@ async def error_middleware(request: web.Request, handler: _Handler) -> web.Strea
     except web.HTTPException as exc:
         if exc.content_type == "application/json" or exc.status < 400:
             raise
-        raise error(type(exc), exc.reason) from None
+        raise _as_json(exc) from None
     except Exception:
         log.exception("viewer request %s %s failed", request.method, request.path_qs)
         raise error(web.HTTPInternalServerError, "internal error; see the server log") from None

@@ -1,25 +1,25 @@
-"""The episode table of a run: an in-memory columnar copy of the SQLite index.
+"""The episode table of a run: an in-memory columnar copy of the store's index.
 
 The store's index has SQL indexes for lookups (id, task, env, status) but not for every
 ordering a person clicks on; ``ORDER BY reward LIMIT 50 OFFSET 50000`` over 100,000 rows
 costs SQLite a second. So the viewer keeps the few columns it sorts and filters on as numpy
-arrays (about 80 bytes a row), appends new rows by ``seq`` (the index is append-ordered),
-and answers a page with a vectorized filter, one cached ``lexsort`` per ordering, and a
-primary-key fetch of the page's 50 rows. The database is opened read-only.
+arrays (about 80 bytes a row), appends new rows by ``seq`` (``Run.index_since``: the index
+is append-ordered), and answers a page with a vectorized filter, one cached sort per
+ordering, and a fetch of the page's 50 rows by ``seq`` (``Run.index_at``). All reads go
+through the store's read-only ``Run``; the viewer has no SQL of its own.
 """
 
 from __future__ import annotations
 
-import sqlite3
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
-from .._errors import StoreError
+from ..store import Run
 from ._cache import LRU
 
 __all__ = ["NUMERIC", "ROW_COLUMNS", "SORTABLE", "TEXT", "IndexQuery", "IndexTable"]
@@ -35,7 +35,8 @@ ROW_COLUMNS: dict[str, str] = {
     "arrival": "seq", "id": "episode_id", "env": "env", "task_key": "task_key",
     "group_index": "group_index", "status": "status", "ok": "ok", "stop": "stop",
     "reward": "reward", "turns": "turns", "n_tokens": "n_tokens", "errors": "errors",
-    "duration": "duration", "started": "started",
+    "duration": "duration", "started": "started", "step": "step",
+    "policy_version": "policy_version",
 }  # fmt: skip
 
 
@@ -88,12 +89,12 @@ class _Cats:
 
 
 class IndexTable:
-    """Query a run's ``index.sqlite`` for the viewer; thread-safe, read-only."""
+    """The viewer's table of a run's index, read through ``run()`` (the store's read-side
+    ``Run``, opened on first use); thread-safe, read-only."""
 
-    def __init__(self, path: Path) -> None:
-        self.path = path
+    def __init__(self, run: Callable[[], Run]) -> None:
+        self._run = run
         self._lock = threading.Lock()
-        self._local = threading.local()
         self._reset()
 
     def _reset(self) -> None:
@@ -109,59 +110,29 @@ class IndexTable:
         self._orders: LRU[tuple[Any, ...], NDArray[np.int64]] = LRU(16)
         self._sorted: dict[str, NDArray[np.int64]] = {}
 
-    # -- SQLite --------------------------------------------------------------------------
-    def _conn(self) -> sqlite3.Connection | None:
-        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
-        if conn is not None:
-            return conn
-        if not self.path.exists():
-            return None  # nothing indexed yet reads as an empty run
-        try:
-            conn = sqlite3.connect(f"{self.path.resolve().as_uri()}?mode=ro", uri=True,
-                                   timeout=30.0)
-            conn.execute("PRAGMA query_only = 1")
-        except sqlite3.Error as exc:
-            raise StoreError(0, f"cannot open index {self.path}: {exc}") from exc
-        self._local.conn = conn
-        return conn
-
-    def _all(self, sql: str, args: list[Any] | tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-        conn = self._conn()
-        if conn is None:
-            return []
-        try:
-            return conn.execute(sql, args).fetchall()
-        except sqlite3.OperationalError as exc:
-            if "no such table" in str(exc):
-                return []
-            raise StoreError(0, f"index query failed: {exc}") from exc
-        except sqlite3.Error as exc:
-            raise StoreError(0, f"index query failed: {exc}") from exc
+    def _store(self) -> Run:
+        return self._run()
 
     # -- the in-memory copy --------------------------------------------------------------
     def refresh(self) -> None:
         """Catch up with rows appended since the last call (a full reload if rows vanished,
         which only a re-appended episode id causes)."""
         with self._lock:
-            # MAX(seq) is one B-tree probe; rows only ever arrive with a higher seq (a
-            # replaced row too), so the count is needed only when it moved.
-            head = self._all("SELECT MAX(seq) FROM episodes")
-            max_seq = int(head[0][0] or 0) if head else 0
+            store = self._store()
+            max_seq = store.index_head()
             if max_seq == self._last_seq:
                 return
-            count = int(self._all("SELECT COUNT(*) FROM episodes")[0][0])
+            count = len(store)
             if count < self._n or max_seq < self._last_seq:
                 self._reset()
-            cols = ", ".join(f'"{c}"' for c in ("seq", *NUMERIC, *TEXT))
-            rows = self._all(
-                f"SELECT {cols} FROM episodes WHERE seq > ? ORDER BY seq", [self._last_seq]
-            )
+            cols = ("seq", *NUMERIC, *TEXT)
+            rows = store.index_since(self._last_seq, cols)
             if rows:
                 self._append(rows)
             if self._n != count:
                 # Some older row was replaced: rebuild from scratch (rare).
                 self._reset()
-                self._append(self._all(f"SELECT {cols} FROM episodes ORDER BY seq"))
+                self._append(store.index_since(0, cols))
             self.version += 1
             self._orders.clear()
             self._sorted.clear()
@@ -247,9 +218,7 @@ class IndexTable:
         rows: list[dict[str, Any]] = []
         if picked:
             names = list(ROW_COLUMNS)
-            select = ", ".join(f'"{c}"' for c in ROW_COLUMNS.values())
-            marks = ", ".join("?" for _ in picked)
-            got = self._all(f"SELECT {select} FROM episodes WHERE seq IN ({marks})", picked)
+            got = self._store().index_at(picked, list(ROW_COLUMNS.values()))
             by_seq = {r[0]: dict(zip(names, r, strict=True)) for r in got}
             rows = [by_seq[s] for s in picked if s in by_seq]
         return {"rows": rows, "total": total, "offset": q.offset, "limit": q.limit,
@@ -257,8 +226,7 @@ class IndexTable:
 
     def count(self) -> int:
         """Number of indexed episodes (a cheap query; does not load the table)."""
-        r = self._all("SELECT COUNT(*) FROM episodes")
-        return int(r[0][0]) if r else 0
+        return len(self._store())
 
     def facets(self) -> dict[str, list[Any]]:
         """Distinct values of env, status and stop (for the filter menus), at most 200 each."""

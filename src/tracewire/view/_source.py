@@ -1,4 +1,4 @@
-"""Where the viewer's data comes from: the store's read API plus the run's SQLite index.
+"""Where the viewer's data comes from: the store's read API (records, journals, index).
 
 All methods block (file and SQLite I/O, record decoding) and are called from worker
 threads. Completed episodes are immutable, so their decoded form and their branch columns
@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from ..store import open_run
+from ..store import Run, open_run
 from ..trace import Episode
 from ._cache import LRU
 from ._index import IndexQuery, IndexTable
@@ -29,14 +29,14 @@ class RunSource:
 
     def __init__(self, run_dir: Path, *, cache_episodes: int = 4, cache_branches: int = 8) -> None:
         self.run_dir = run_dir
-        self.index = IndexTable(run_dir / "index.sqlite")
-        self._run: Any = None
+        self._run: Run | None = None
+        self.index = IndexTable(self.run)
         self._lock = threading.Lock()
         self._episodes: LRU[str, Episode] = LRU(cache_episodes)
         self._branches: LRU[tuple[str, int, int], Columns] = LRU(cache_branches)
         self._live: dict[str, Episode] = {}
 
-    def run(self) -> Any:
+    def run(self) -> Run:
         """The store's read-side ``Run`` (opened once, on first use)."""
         with self._lock:
             if self._run is None:

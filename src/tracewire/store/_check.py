@@ -1,0 +1,325 @@
+"""Checking a run against its own bytes (``Run.verify``) and repairing it on purpose.
+
+A check never changes a file. It walks every segment: each intact record (framing and CRCs
+hold) must decode and have the index row its header implies; bytes that form no record are
+damage (a torn tail when nothing intact follows); segment numbers must have no gaps. It
+also reads every index row, so a damaged row is found even when its values still parse.
+
+A repair (``tracewire check --repair``) takes the writer lock, runs the writer's recovery
+(index what is missing, truncate a torn tail, store leftover journals as incomplete), then
+rewrites every index row that disagrees with its record and deletes rows that point at no
+record. It never deletes an intact record, decodable or not.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import errno
+import fcntl
+import logging
+import os
+import sqlite3
+from typing import Any
+
+from .._errors import DecodeError, StoreError
+from ..codec import decode_record
+from ..trace import Episode
+from ._layout import Layout, read_meta, store_error
+from ._recover import columns_of, connect, recover
+from ._schema import (
+    COLUMNS,
+    IndexRow,
+    RecordRef,
+    insert_sql,
+    row_from_header,
+    rows_differ,
+    select_list,
+)
+from ._segments import map_segment, walk
+from ._status import RunStatus
+
+__all__ = ["CheckReport", "Problem", "repair_run", "verify_run"]
+
+log = logging.getLogger("tracewire.store")
+_INSERT_AT = (f"INSERT OR REPLACE INTO episodes (seq, {', '.join(repr(c) for c in COLUMNS)}) "
+              f"VALUES (?, {', '.join('?' for _ in COLUMNS)})").replace("'", '"')
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Problem:
+    """One thing wrong with a run: its kind, where it is, what was found, and whether
+    ``--repair`` can fix it (undecodable records and damage mid-segment it leaves alone)."""
+
+    kind: str
+    where: str
+    detail: str
+    repairable: bool
+
+    def __str__(self) -> str:
+        fix = "" if self.repairable else " [not repairable]"
+        return f"{self.kind} at {self.where}: {self.detail}{fix}"
+
+
+@dataclasses.dataclass(slots=True)
+class CheckReport:
+    """What a check found (and, after a repair, what it did)."""
+
+    path: str
+    segments: int = 0
+    records: int = 0
+    rows: int = 0
+    problems: list[Problem] = dataclasses.field(default_factory=list)
+    repaired: list[str] = dataclasses.field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        """True when nothing is wrong."""
+        return not self.problems
+
+    def text(self) -> str:
+        """A readable report, one line per problem or action."""
+        head = (f"{self.path}: {self.segments} segments, {self.records} records, "
+                f"{self.rows} index rows: "
+                + ("OK" if self.ok else f"{len(self.problems)} problem(s)"))
+        lines = [head, *(f"  {p}" for p in self.problems)]
+        if self.repaired:
+            lines.append("repaired:")
+            lines += [f"  {a}" for a in self.repaired]
+        return "\n".join(lines)
+
+
+def writer_alive(layout: Layout) -> bool:
+    """True while a writer holds the run's lock (probed read-only; creates nothing)."""
+    try:
+        fd = os.open(layout.lock, os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)  # closing releases a shared lock taken here
+    return False
+
+
+@dataclasses.dataclass(slots=True)
+class _Found:
+    expected: dict[tuple[int, int], IndexRow]  # (segment, offset) -> row its header implies
+    ids: dict[str, tuple[int, int]]  # episode id -> its latest record
+
+
+def _scan_records(layout: Layout, report: CheckReport, live: bool) -> _Found:
+    found = _Found({}, {})
+    nums = layout.segment_numbers()
+    report.segments = len(nums)
+    for want, got in zip(range(nums[-1] + 1 if nums else 0), nums, strict=False):
+        if want != got:
+            report.problems.append(Problem("missing segment", f"segment {want}",
+                                           "segment numbers have a gap", False))
+            break
+    for i, seg in enumerate(nums):
+        try:
+            mm = map_segment(layout.segment(seg))
+        except OSError as exc:
+            raise store_error(f"cannot read segment {seg}", exc) from exc
+        if mm is None:
+            continue
+        try:
+            size = len(mm)
+            for piece in walk(mm):
+                where = f"segment {seg} offset {piece.offset}"
+                info = piece.info
+                if info is None:
+                    tail = piece.offset + piece.length == size
+                    if tail and live and i == len(nums) - 1:
+                        continue  # the live writer may be writing it right now
+                    kind = "torn tail" if tail else "damaged bytes"
+                    report.problems.append(Problem(
+                        kind, where, f"{piece.length} bytes form no intact record", tail))
+                    continue
+                report.records += 1
+                try:
+                    if not _is_episode(mm, piece.offset, piece.length):
+                        continue
+                except DecodeError as exc:
+                    report.problems.append(Problem(
+                        "undecodable record", where,
+                        f"intact (CRCs hold) but this build cannot decode it: {exc}", False))
+                    continue
+                ref = RecordRef(seg, piece.offset, info.total, info.header_crc)
+                hoff = piece.offset + info.header_offset
+                row = row_from_header(mm[hoff : hoff + info.header_len], ref, 0.0)
+                found.expected[(seg, piece.offset)] = row
+                found.ids[row.episode_id] = (seg, piece.offset)
+        finally:
+            mm.close()
+    return found
+
+
+def _is_episode(mm: Any, offset: int, length: int) -> bool:
+    """Decode the record fully (its arrays view the map, so they die before returning)."""
+    obj = decode_record(mm[offset : offset + length], verify=False)
+    return isinstance(obj, Episode)
+
+
+def _stored_rows(conn: sqlite3.Connection) -> list[tuple[Any, ...]]:
+    select = select_list(columns_of(conn), ["seq", *COLUMNS])
+    return conn.execute(f"SELECT {select} FROM episodes ORDER BY seq").fetchall()
+
+
+def _check_rows(conn: sqlite3.Connection, found: _Found, report: CheckReport
+                ) -> list[tuple[str, int, IndexRow | None]]:
+    """Problems of the index rows; returns the fixes: (action, seq, row to write)."""
+    fixes: list[tuple[str, int, IndexRow | None]] = []
+    seen: set[tuple[int, int]] = set()
+    raw = _stored_rows(conn)
+    report.rows = len(raw)
+    for values in raw:
+        seq = int(values[0]) if isinstance(values[0], int) else -1
+        try:
+            row = IndexRow.from_sql(values[1:])
+        except StoreError as exc:
+            report.problems.append(Problem("damaged index row", f"seq {seq}", str(exc), True))
+            fixes.append(("delete", seq, None))
+            continue
+        key = (row.segment, row.offset)
+        want = found.expected.get(key)
+        if want is None:
+            report.problems.append(Problem(
+                "dangling index row", f"seq {seq}",
+                f"episode {row.episode_id!r} points at segment {row.segment} offset "
+                f"{row.offset}, where no intact episode record starts", True))
+            fixes.append(("delete", seq, None))
+            continue
+        seen.add(key)
+        diff = rows_differ(row, want)
+        if diff:
+            shown = ", ".join(f"{c}={getattr(row, c)!r} (record: {getattr(want, c)!r})"
+                              for c in diff[:4])
+            report.problems.append(Problem("wrong index row", f"seq {seq}", shown, True))
+            fixes.append(("replace", seq, dataclasses.replace(want, written=row.written)))
+    for key, want in found.expected.items():
+        if key in seen or found.ids.get(want.episode_id) != key:
+            continue  # indexed, or superseded by a later record of the same episode id
+        report.problems.append(Problem(
+            "unindexed record", f"segment {key[0]} offset {key[1]}",
+            f"episode {want.episode_id!r} has no index row", True))
+        fixes.append(("insert", -1, want))
+    return fixes
+
+
+def _check(layout: Layout, conn: sqlite3.Connection, report: CheckReport, live: bool
+           ) -> list[tuple[str, int, IndexRow | None]]:
+    found = _scan_records(layout, report, live)
+    try:
+        (integrity,) = conn.execute("PRAGMA quick_check").fetchone()
+        if integrity != "ok":
+            report.problems.append(Problem("damaged index", str(layout.index),
+                                           str(integrity)[:200], True))
+        return _check_rows(conn, found, report)
+    except sqlite3.Error as exc:
+        report.problems.append(Problem("damaged index", str(layout.index), str(exc), True))
+        return [("rebuild", -1, None)]
+
+
+def verify_run(layout: Layout, conn: sqlite3.Connection, status: Any) -> CheckReport:
+    """Check the run at ``layout`` through its read connection ``conn`` (read-only; see the
+    module docstring); ``status`` is the run's recorded status."""
+    report = CheckReport(str(layout.root))
+    live = writer_alive(layout)
+    _check(layout, conn, report, live)
+    if not live:
+        if layout.journals():
+            report.problems.append(Problem(
+                "unrecovered journals", str(layout.live),
+                f"{len(layout.journals())} in-flight episode(s) of a writer that is gone", True))
+        if status == RunStatus.RUNNING:
+            report.problems.append(Problem(
+                "not closed", str(layout.meta), "status is 'running' but no writer is alive",
+                True))
+    return report
+
+
+def repair_run(path: str | os.PathLike[str]) -> CheckReport:
+    """Repair the run at ``path`` (see the module docstring); returns the report of a
+    check made after the repair, with the actions taken in ``repaired``."""
+    layout = Layout(path)
+    read_meta(layout)
+    try:
+        fd = layout.try_lock()
+    except OSError as exc:
+        raise store_error(f"cannot repair {layout.root}", exc) from exc
+    if fd is None:
+        raise StoreError(errno.EBUSY, f"run {layout.root} has a live writer; stop it first")
+    actions: list[str] = []
+    try:
+        if not _index_readable(layout):
+            actions.append(_move_aside(layout))
+        try:
+            actions += _recover_and_fix(layout)
+        except (StoreError, sqlite3.Error) as exc:
+            # SQLite could read the damaged file but not write it: rebuild from segments.
+            log.warning("%s: fixing the index in place failed (%s)", layout.root, exc)
+            actions.append(_move_aside(layout))
+            actions += _recover_and_fix(layout)
+    finally:
+        Layout.unlock(fd)
+    from ._run import Run
+
+    with Run.open(layout.root) as run:
+        final = run.verify()
+    final.repaired = actions
+    return final
+
+
+def _recover_and_fix(layout: Layout) -> list[str]:
+    stats = recover(layout)
+    actions = [f"{k.replace('_', ' ')}: {v}" for k, v in stats.items() if v]
+    conn = connect(layout, write=True)
+    try:
+        fixes = _check(layout, conn, CheckReport(str(layout.root)), live=False)
+        with conn:
+            for action, seq, row in fixes:
+                if action == "rebuild":
+                    raise StoreError(0, "the index cannot be read")
+                if action == "delete":
+                    conn.execute("DELETE FROM episodes WHERE seq = ?", (seq,))
+                    actions.append(f"deleted damaged or dangling index row seq {seq}")
+                elif row is not None and seq >= 0:  # in place: keeps its arrival order
+                    conn.execute(_INSERT_AT, (seq, *row.values()))
+                    actions.append(f"rewrote the index row of episode {row.episode_id!r}")
+                elif row is not None:
+                    conn.execute(insert_sql(), row.values())
+                    actions.append(f"indexed episode {row.episode_id!r}")
+    finally:
+        conn.close()
+    return actions
+
+
+def _index_readable(layout: Layout) -> bool:
+    if not layout.index.exists():
+        return True
+    try:
+        conn = sqlite3.connect(layout.index)
+        try:
+            (integrity,) = conn.execute("PRAGMA integrity_check").fetchone()
+            conn.execute("SELECT COUNT(*) FROM episodes").fetchone()
+        finally:
+            conn.close()
+    except sqlite3.Error:
+        return False
+    return bool(integrity == "ok")
+
+
+def _move_aside(layout: Layout) -> str:
+    """Move a damaged index aside (recovery then rebuilds it from the segments)."""
+    aside = layout.index.with_name("index.sqlite.damaged")
+    for suffix in ("", "-wal", "-shm"):
+        src = layout.index.with_name(layout.index.name + suffix)
+        if src.exists():
+            os.replace(src, aside.with_name(aside.name + suffix))
+    log.warning("%s: index damaged; moved to %s and rebuilt", layout.root, aside)
+    return f"moved the damaged index to {aside.name} and rebuilt it from the segments"
