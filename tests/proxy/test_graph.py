@@ -323,25 +323,3 @@ async def test_models_and_count_tokens_go_through_the_upstream() -> None:
                 want = len(prompt_of([{"role": "user", "content": "hi"}]))
                 assert (await r.json()) == {"input_tokens": want}
     assert [c.path for c in mock.calls] == ["/models", "/tokenize"]
-
-
-def test_adapters_that_take_tool_args_get_the_sessions_texts() -> None:
-    # The call site for dialects that echo tool calls as objects: they receive the texts.
-    from tracewire.proxy import ProxyConfig
-    from tracewire.proxy._dialect import ChatAdapter, UpReq
-    from tracewire.proxy._turn import TurnPipeline
-
-    seen: list[Any] = []
-
-    class Echoing(ChatAdapter):
-        def parse(self, body: bytes, tool_args: Any = None) -> UpReq:  # type: ignore[override]
-            seen.append(tool_args)
-            return super().parse(body)
-
-    pipe = TurnPipeline(ProxyConfig(), MockUpstream(toy()))
-    s = Session(proxy_url="http://127.0.0.1:1")
-    s.tool_args["call_1"] = '{"a": 1}'
-    body = orjson.dumps({"model": "toy", "messages": [USER]})
-    pipe._parse(Echoing({}), body, s)
-    pipe._parse(ChatAdapter({}), body, s)  # one without the parameter still parses
-    assert seen == [{"call_1": '{"a": 1}'}]
