@@ -13,13 +13,36 @@ from __future__ import annotations
 import shutil
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
-from ._api import Runtime, SandboxError
+from ._api import SandboxError
 
 __all__ = ["AgentPreset", "claude_code", "codex", "mini_swe_agent"]
 
 #: Variables every preset sets: no update checks, no telemetry, no colour codes.
 _QUIET = {"NO_COLOR": "1", "DO_NOT_TRACK": "1", "TERM": "dumb"}
+
+
+class _Urls(Protocol):
+    @property
+    def base_url(self) -> str: ...
+    @property
+    def anthropic_base_url(self) -> str: ...
+
+
+class Placed(Protocol):
+    """Where a preset runs: a :class:`~tracewire.runtime.Runtime`, or anything with its
+    agent-side ``workdir`` and ``agent_endpoint``."""
+
+    @property
+    def workdir(self) -> str:
+        """The workdir as the agent sees it."""
+        ...
+
+    @property
+    def agent_endpoint(self) -> _Urls | None:
+        """The session's URLs as the agent reaches them."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -37,7 +60,7 @@ class AgentPreset:
         """The executables this preset needs that are not on ``path`` (host PATH)."""
         return [e for e in self.executables if shutil.which(e, path=path) is None]
 
-    def render(self, runtime: Runtime) -> tuple[list[str], dict[str, str], dict[str, str]]:
+    def render(self, runtime: Placed) -> tuple[list[str], dict[str, str], dict[str, str]]:
         """(argv, env, files) with the templates filled in for ``runtime``."""
         ep = runtime.agent_endpoint
         if ep is None:
