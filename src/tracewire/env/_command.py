@@ -192,7 +192,7 @@ class CommandHarness(Harness):
         if self.input in ("file", "both"):
             files["task.json"] = text
         if self.files is not None:
-            files.update(self.files(rollout.task))
+            files.update(await asyncio.to_thread(self.files, rollout.task))
         factory = self._factory()
         if factory is None:
             workdir = Path(await asyncio.to_thread(tempfile.mkdtemp, prefix="tracewire-cmd-"))
