@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 from tracewire.env import CommandHarness, Environment, Task, Timeouts, run_rollout
 from tracewire.model import MODEL_NAME
@@ -32,3 +33,15 @@ async def test_timed_out_agent_keeps_what_it_printed(proxy: Proxy) -> None:
     info = trace.info["command"]
     assert info["killed"] is True
     assert "partial-out" in info["stdout"] and "partial-err" in info["stderr"]
+
+
+async def test_agent_never_sees_the_trainer_token(proxy: Proxy, monkeypatch: Any) -> None:
+    monkeypatch.setenv("TRACEWIRE_SESSION_TOKEN", "trainer-secret")
+    monkeypatch.setenv("TW_VISIBLE", "yes")
+    code = ("import os; print(os.environ.get('TRACEWIRE_SESSION_TOKEN', '-'), "
+            "os.environ.get('TW_VISIBLE', '-'))")
+    env = Environment("t", tasks=[TASK], harness=CommandHarness([sys.executable, "-c", code]),
+                      timeouts=GENEROUS)
+    trace = await one(env, proxy)
+    assert trace.ok, trace.errors
+    assert trace.info["command"]["stdout"].split() == ["-", "yes"]

@@ -194,3 +194,14 @@ def test_cli_eval_offers_runtime() -> None:
     bad = subprocess.run([sys.executable, "-m", "tracewire", "eval", "command", "--runtime",
                           "chroot"], capture_output=True, text=True)
     assert bad.returncode == 2 and "invalid choice" in bad.stderr
+
+
+async def test_local_runtime_keeps_the_trainer_token_from_the_agent(
+        proxy: Proxy, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TRACEWIRE_SESSION_TOKEN", "trainer-secret")
+    code = "import os; print(os.environ.get('TRACEWIRE_SESSION_TOKEN', '-'))"
+    env = Environment("rt", tasks=[TASK], timeouts=GENEROUS,
+                      harness=CommandHarness([sys.executable, "-c", code], runtime="local"))
+    trace = await one(env, proxy)
+    assert trace.ok, trace.errors
+    assert trace.info["command"]["stdout"].strip() == "-"

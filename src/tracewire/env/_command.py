@@ -211,7 +211,7 @@ class CommandHarness(Harness):
             missing = preset.missing()
             if missing:
                 raise EnvError(f"{preset.name}: {', '.join(missing)} not installed")
-            argv, env, extra = preset.render(place)
+            argv, env, extra = preset.render(place, rollout.model)
             rollout.state["preset"] = (preset.name, argv, env)
             files.update(extra)
         if factory is None:
@@ -262,7 +262,8 @@ class CommandHarness(Harness):
 
     def _environ(self, rollout: Rollout) -> dict[str, str]:
         s = rollout.session
-        environ = dict(os.environ)
+        # The trainer's session-API token never reaches the agent.
+        environ = {k: v for k, v in os.environ.items() if k != "TRACEWIRE_SESSION_TOKEN"}
         environ.update(
             OPENAI_BASE_URL=s.base_url,
             OPENAI_API_KEY=s.secret,

@@ -157,8 +157,10 @@ class PresetLike(Protocol):
         """Executables it needs that are not on ``path``."""
         ...
 
-    def render(self, runtime: PlaceLike) -> tuple[list[str], dict[str, str], dict[str, str]]:
-        """(argv, env, files) filled in for where it runs."""
+    def render(self, runtime: PlaceLike, model: str | None = None
+               ) -> tuple[list[str], dict[str, str], dict[str, str]]:
+        """(argv, env, files) filled in for where it runs (``model``: the rollout's, used
+        unless the preset names its own)."""
         ...
 
 
