@@ -4,6 +4,7 @@ printed is on the trace even when it is stopped; finalize and scoring run comman
 
 from __future__ import annotations
 
+import asyncio
 import secrets
 import subprocess
 import sys
@@ -35,6 +36,21 @@ from .conftest import agent_file, needs_bwrap, procs_with
 TASK = Task("t0", {"prompt": "count"})
 GENEROUS = Timeouts(boot=30, setup=30, agent=120, finalize=30, scoring=30)
 TURNS = 3
+#: A child the agent starts, found on the host by the marker after it in its argv.
+LINGER = "import time; time.sleep(300)"
+
+
+def lingering(marker: str) -> bool:
+    """Whether the agent's child (not the agent: its argv holds the marker too) runs."""
+    return any(f"{LINGER} {marker}" in cmd for cmd in procs_with(marker))
+
+
+async def wait_for_child(marker: str, task: asyncio.Task[Any]) -> None:
+    for _ in range(400):
+        if lingering(marker) or task.done():
+            break
+        await asyncio.sleep(0.05)
+    assert lingering(marker), "the agent never started its child"
 
 
 def chat_env(runtime: Any, **kw: Any) -> Environment:
@@ -89,7 +105,7 @@ async def test_bwrap_records_the_same_tokens_as_local(proxy: Proxy) -> None:
 async def test_timed_out_agent_in_bwrap_keeps_output_and_leaves_nothing(proxy: Proxy) -> None:
     marker = "tw-hang-" + secrets.token_hex(4)
     code = (f"import subprocess, sys, time; print('partial {marker}', flush=True); "
-            f"subprocess.Popen(['sleep', '300', '{marker}']); time.sleep(300)")
+            f"subprocess.Popen([sys.executable, '-c', {LINGER!r}, '{marker}']); time.sleep(300)")
     dirs: list[Path] = []
 
     async def note_dir(task: Task, rollout: Rollout) -> None:
@@ -98,8 +114,13 @@ async def test_timed_out_agent_in_bwrap_keeps_output_and_leaves_nothing(proxy: P
 
     env = Environment("rt", tasks=[TASK], setup=note_dir,
                       harness=CommandHarness(["{python}", "-c", code], runtime="bwrap"),
-                      timeouts=GENEROUS.replace(agent=3.0))
-    trace = await one(env, proxy)
+                      timeouts=GENEROUS.replace(agent=4.0))
+    ep = Episode()
+    task = asyncio.create_task(run_rollout(with_runtime(env), TASK, proxy=proxy, episode=ep,
+                                           model=MODEL_NAME))
+    await wait_for_child(marker, task)
+    await task
+    (trace,) = ep.traces
     assert trace.stop == "agent_timeout"
     info = trace.info["command"]
     assert info["killed"] is True and f"partial {marker}" in info["stdout"]
@@ -136,7 +157,8 @@ async def test_finalize_and_scoring_run_commands_in_the_sandbox(proxy: Proxy) ->
 
 @needs_bwrap
 async def test_memory_hog_is_recorded_as_the_rollouts_error(proxy: Proxy) -> None:
-    async with BwrapRuntime(limits=Limits(memory_bytes=128 << 20)) as probe:
+    probe = BwrapRuntime(limits=Limits(memory_bytes=128 << 20))
+    async with probe:
         if probe.cgroup is None or "memory" not in probe.cgroup.counters():
             pytest.skip("no memory cgroup can be made here; the rlimit fallback makes the "
                         "agent's own MemoryError, not a limit")
@@ -205,3 +227,29 @@ async def test_local_runtime_keeps_the_trainer_token_from_the_agent(
     trace = await one(env, proxy)
     assert trace.ok, trace.errors
     assert trace.info["command"]["stdout"].strip() == "-"
+
+
+@needs_bwrap
+async def test_cancelled_rollout_leaves_no_process_and_no_files(proxy: Proxy) -> None:
+    marker = "tw-cancel-" + secrets.token_hex(4)
+    code = (f"import subprocess, sys, time; print('started', flush=True); "
+            f"subprocess.Popen([sys.executable, '-c', {LINGER!r}, '{marker}']); time.sleep(300)")
+    seen: list[Rollout] = []
+
+    async def note(task: Task, rollout: Rollout) -> None:
+        seen.append(rollout)
+
+    env = Environment("rt", tasks=[TASK], setup=note, timeouts=GENEROUS,
+                      harness=CommandHarness(["python3", "-c", code], runtime="bwrap"))
+    ep = Episode()
+    task = asyncio.create_task(run_rollout(with_runtime(env), TASK, proxy=proxy, episode=ep,
+                                           model=MODEL_NAME))
+    await wait_for_child(marker, task)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    (rollout,) = seen
+    assert procs_with(marker) == []
+    assert rollout.workdir is not None and not rollout.workdir.exists()
+    assert ep.traces[0].info["command"]["killed"] is True
+    assert "started" in ep.traces[0].info["command"]["stdout"]
