@@ -52,6 +52,7 @@ def check(result: Any) -> list[dict[str, Any]]:
         assert trace.calls and all(c.error is None for c in trace.calls), info
         assert info["mismatches"] == 0, info
         assert "runtime_close" in trace.timing
+        assert trace.info["command"]["preset"] in ("claude-code", "codex")
     assert seen
     return seen
 

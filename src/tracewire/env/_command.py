@@ -307,6 +307,9 @@ class CommandHarness(Harness):
         if not argv:
             raise EnvError("command harness: empty argv")
         info: dict[str, Any] = {"argv": argv}
+        preset = rollout.state.get("preset")
+        if preset is not None:
+            info["preset"] = preset[0]
         rollout.trace.info["command"] = info
         if rollout.runtime is not None:
             await self._run_in(rollout.runtime, rollout, argv, info)
