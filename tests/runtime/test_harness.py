@@ -253,3 +253,16 @@ async def test_cancelled_rollout_leaves_no_process_and_no_files(proxy: Proxy) ->
     assert rollout.workdir is not None and not rollout.workdir.exists()
     assert ep.traces[0].info["command"]["killed"] is True
     assert "started" in ep.traces[0].info["command"]["stdout"]
+
+
+@needs_bwrap
+async def test_env_server_runner_takes_the_runtime_option() -> None:
+    from tracewire.compose import env_factory
+
+    task = next(load_environment("command").tasks())
+    async with env_factory("command", {"runtime": "bwrap"}) as run:
+        ep = Episode()
+        await run({"key": task.key, **task.data}, ep)
+    (trace,) = ep.traces
+    assert trace.ok, trace.errors
+    assert trace.info["command"]["runtime"] == "bwrap" and trace.calls
