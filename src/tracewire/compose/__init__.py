@@ -15,12 +15,14 @@ if TYPE_CHECKING:
     from ._backend import Rollouts, rollouts
     from ._envrunner import env_factory
     from ._evaluate import EvalResult, default_run_dir, evaluate
-    from ._options import BACKENDS, Backend, RolloutPlan
+    from ._options import BACKENDS, RUNTIMES, Backend, RolloutPlan
+    from ._runtime import runtime_factory, with_runtime
     from ._summary import Summary, Tally, pass_at_k
 
 # name -> module defining it (PEP 562).
 _LAZY: dict[str, str] = {
     "BACKENDS": "._options",
+    "RUNTIMES": "._options",
     "Backend": "._options",
     "EvalResult": "._evaluate",
     "RolloutPlan": "._options",
@@ -32,10 +34,13 @@ _LAZY: dict[str, str] = {
     "evaluate": "._evaluate",
     "pass_at_k": "._summary",
     "rollouts": "._backend",
+    "runtime_factory": "._runtime",
+    "with_runtime": "._runtime",
 }
 
 __all__ = [
     "BACKENDS",
+    "RUNTIMES",
     "Backend",
     "EvalResult",
     "RolloutPlan",
@@ -47,6 +52,8 @@ __all__ = [
     "evaluate",
     "pass_at_k",
     "rollouts",
+    "runtime_factory",
+    "with_runtime",
 ]
 
 

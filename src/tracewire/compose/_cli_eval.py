@@ -9,7 +9,7 @@ import sys
 
 from .._errors import TracewireError
 from ..env import load_environment
-from ._options import BACKENDS
+from ._options import BACKENDS, RUNTIMES
 
 HELP = "Run an environment's tasks × rollouts through the proxy and store the run."
 
@@ -36,6 +36,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="rollouts in flight (default: 8)")
     parser.add_argument("--backend", choices=BACKENDS, default="local",
                         help="where the rollouts run (default: local, in this process)")
+    parser.add_argument("--runtime", choices=RUNTIMES, default=None,
+                        help="where a command harness's agent runs: local (a host "
+                             "subprocess, unsafe for untrusted agents), bwrap (a sandbox "
+                             "whose only way out is its proxy session) or docker "
+                             "(default: the environment's choice, else a host subprocess)")
     parser.add_argument("--out", help="run directory (default: runs/<env>-<timestamp>)")
     parser.add_argument("--resume", action="store_true",
                         help="continue the run in --out, skipping finished (task, rollout) pairs")
@@ -82,7 +87,7 @@ async def run_cli(args: argparse.Namespace) -> tuple[int, str | None]:
             env, model=args.model, base_url=args.base_url, api_key=args.api_key, n=args.n,
             r=args.r, concurrency=args.concurrency, out=args.out, resume=args.resume,
             seed=args.seed, temperature=args.temperature, max_tokens=args.max_tokens,
-            max_model_len=args.max_model_len, backend=args.backend, stop=stop,
+            max_model_len=args.max_model_len, backend=args.backend, runtime=args.runtime, stop=stop,
             total_hint=set_total,
             on_episode=lambda _e, tally: bar.update(tally) if bar is not None else None,
         )

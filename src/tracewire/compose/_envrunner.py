@@ -19,6 +19,7 @@ from ..model import MAX_MODEL_LEN, MODEL_NAME, ModelServer
 from ..proxy import Proxy
 from ..serve import Runner
 from ..trace import Episode
+from ._runtime import with_runtime
 
 __all__ = ["env_factory"]
 
@@ -26,8 +27,10 @@ __all__ = ["env_factory"]
 @contextlib.asynccontextmanager
 async def env_factory(env: str, options: dict[str, Any]) -> AsyncIterator[Runner]:
     """Yield a runner for environment ``env``; options ``base_url`` (with ``model``),
-    ``timeouts`` (a dict of phase deadlines) and ``max_model_len`` (built-in model)."""
-    environment = load_environment(env)
+    ``timeouts`` (a dict of phase deadlines), ``max_model_len`` (built-in model) and
+    ``runtime`` (where a command harness's agent runs: ``local``, ``bwrap``, ``docker``)."""
+    runtime = options.get("runtime")
+    environment = with_runtime(load_environment(env), str(runtime) if runtime else None)
     raw = options.get("timeouts")
     timeouts = Timeouts(**raw) if isinstance(raw, dict) else None
     model = str(options.get("model") or MODEL_NAME)

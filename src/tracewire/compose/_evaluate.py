@@ -19,11 +19,12 @@ from typing import Any
 
 from .._errors import EnvError
 from ..diagnostics import LoopLagProbe
-from ..env import Environment, Task, Timeouts, load_environment
+from ..env import Environment, RuntimeFactory, Task, Timeouts, load_environment
 from ..store import Run, open_run
 from ..trace import Episode
 from ._backend import Rollouts, rollouts
 from ._options import Backend, RolloutPlan
+from ._runtime import with_runtime
 from ._summary import Summary, Tally
 
 __all__ = ["EvalResult", "default_run_dir", "evaluate"]
@@ -98,6 +99,7 @@ async def evaluate(
     max_model_len: int | None = None,
     timeouts: Timeouts | None = None,
     backend: Backend = "local",
+    runtime: str | RuntimeFactory | None = None,
     stop: asyncio.Event | None = None,
     on_episode: EpisodeCallback | None = None,
     total_hint: TotalHint | None = None,
@@ -113,12 +115,14 @@ async def evaluate(
     ``on_episode`` sees each stored episode with the running tally; ``total_hint`` gets the
     number of rollouts to run once it is known. ``timeouts`` replaces the environment's
     phase deadlines; ``backend`` picks where the rollouts run (``local``: this process).
+    ``runtime`` (``local``, ``bwrap``, ``docker`` or a factory) is where a command
+    harness's agent program runs, overriding the environment's choice.
     """
     if r < 1 or concurrency < 1 or (n is not None and n < 0):
         raise ValueError("need r >= 1, concurrency >= 1 and n >= 0")
     if resume and out is None:
         raise EnvError("--resume needs --out (the run directory to continue)")
-    env = load_environment(env)
+    env = with_runtime(load_environment(env), runtime)
     out_path = Path(out) if out is not None else default_run_dir(env.name)
     sampling: dict[str, Any] = {}
     if temperature is not None:
@@ -135,6 +139,7 @@ async def evaluate(
     async with rollouts(backend, env, plan) as backend_:
         meta = {
             "env": env.name, "model": backend_.model, "upstream": backend_.upstream, "n": n,
+            "runtime": _runtime_name(env),
             "r": r, "seed": seed, "sampling": {**env.sampling, **sampling},
             "concurrency": concurrency,
         }
@@ -170,6 +175,15 @@ async def evaluate(
     if tally.n and tally.calls_ok == 0 and tally.first_error is not None:
         reason = f"no rollout got a model answer (first error: {tally.first_error})"
     return EvalResult(run=reader, summary=summary, status=status, reason=reason)
+
+
+def _runtime_name(env: Environment) -> str | None:
+    # Recorded in the run's meta: the runtime's name, or a custom factory's own name.
+    chosen = getattr(env.harness, "runtime", None)
+    if chosen is None or isinstance(chosen, str):
+        return chosen
+    name = getattr(chosen, "name", None) or getattr(chosen, "__qualname__", None)
+    return str(name or type(chosen).__name__)
 
 
 async def _drive(

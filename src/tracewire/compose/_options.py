@@ -12,12 +12,15 @@ from typing import Any, Literal
 
 from ..env import Timeouts
 
-__all__ = ["BACKENDS", "Backend", "RolloutPlan"]
+__all__ = ["BACKENDS", "RUNTIMES", "Backend", "RolloutPlan"]
 
 #: Where an eval's rollouts run: ``local`` is this process.
 Backend = Literal["local"]
 #: Every :data:`Backend`, for the command line's choices.
 BACKENDS: tuple[Backend, ...] = ("local",)
+#: Where a command harness's agent runs (``tracewire eval --runtime``); resolved by
+#: ``_runtime.runtime_factory``, which imports the runtime part.
+RUNTIMES = ("local", "bwrap", "docker")
 
 
 @dataclass(frozen=True)
