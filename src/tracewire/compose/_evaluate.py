@@ -146,7 +146,7 @@ async def evaluate(
         meta = {
             "env": env.name, "model": backend_.model, "upstream": backend_.upstream, "n": n,
             "r": r, "seed": seed, "sampling": {**env.sampling, **sampling},
-            "concurrency": concurrency,
+            "concurrency": concurrency, "backend": backend,
         }
         run = await _open_run(out_path, resume, meta)
         run_key = str(run.meta.get("name") or out_path.name)
