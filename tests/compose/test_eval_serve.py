@@ -92,3 +92,13 @@ async def test_a_dead_worker_is_a_failed_rollout_that_resume_runs_again(
     again = await evaluate(CRASH_ENV, out=out, backend="process", workers=1, resume=True)
     assert (again.summary.episodes, again.summary.skipped, again.summary.ok) == (1, 2, 1)
     assert again.summary.stops == {"done": 1}
+
+
+def test_the_server_deadline_covers_every_phase_of_every_attempt() -> None:
+    from tracewire.compose._backend_serve import _run_timeout
+    from tracewire.env import Timeouts, load_environment
+
+    env = load_environment("arithmetic")
+    t = Timeouts(boot=1, setup=2, agent=3, finalize=4, scoring=5)
+    assert _run_timeout(env, t) == 15 * (1 + env.retries) + 60
+    assert _run_timeout(env, t.replace(agent=None)) >= 86400  # no deadline asked for

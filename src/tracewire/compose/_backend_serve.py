@@ -20,7 +20,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from .._errors import ServeError
-from ..env import Environment, Task, Timeouts, load_environment, run_rollout
+from ..env import Environment, Task, Timeouts, close_http_client, load_environment, run_rollout
 from ..proxy import Proxy, ProxyConfig
 from ..serve import EnvClient, Runner, ServerConfig, make_pool, serve_env
 from ..store import Run
@@ -34,6 +34,16 @@ __all__ = ["FACTORY", "ServeRollouts", "serve_factory", "serve_rollouts"]
 FACTORY = "tracewire.compose._backend_serve:serve_factory"
 #: Stop condition of a rollout the env server failed (the worker died, a timeout, busy).
 SERVE_ERROR = "serve_error"
+
+
+def _run_timeout(env: Environment, timeouts: Timeouts | None) -> float:
+    # The server's per-episode deadline must not cut a rollout a local eval would let run:
+    # every phase of every attempt, plus a margin for the worker's own work.
+    t = timeouts or env.timeouts
+    phases = [t.of(p) for p in ("boot", "setup", "agent", "finalize", "scoring")]
+    if any(v is None for v in phases):
+        return 7 * 86400.0  # no deadline asked for: a week stands for none
+    return sum(v for v in phases if v is not None) * (1 + max(0, env.retries)) + 60.0
 
 
 def _request(task: Task, episode: Episode) -> dict[str, Any]:
@@ -67,7 +77,10 @@ async def serve_factory(env: str, options: dict[str, Any]) -> AsyncIterator[Runn
             await run_rollout(environment, task, proxy=proxy, episode=episode, model=model,
                               timeouts=timeouts, sampling=sampling, seed=seed)
 
-        yield run
+        try:
+            yield run
+        finally:
+            await close_http_client()  # the SDK harnesses' shared client, if one was made
 
 
 def failed_rollout(episode: Episode, exc: ServeError) -> Episode:
@@ -127,8 +140,10 @@ async def serve_rollouts(env: Environment, plan: RolloutPlan,
         workers = max(1, serve.workers)
         # Room for every rollout the eval keeps in flight, so none is refused as busy.
         inflight = max(1, serve.concurrency)
-        config = ServerConfig(workers=workers, max_inflight=inflight,
+        run_timeout = _run_timeout(env, plan.timeouts)
+        config = ServerConfig(workers=workers, max_inflight=inflight, run_timeout=run_timeout,
                               heartbeat_timeout=2.0 if serve.backend == "ray" else 5.0)
         async with serve_env(serve.env_ref or env.name, pool=pool, workers=workers,
-                             factory=FACTORY, options=options, config=config) as client:
+                             factory=FACTORY, options=options, config=config,
+                             client_timeout=run_timeout + 60.0) as client:
             yield ServeRollouts(client, upstream, model)
