@@ -102,3 +102,14 @@ def test_the_server_deadline_covers_every_phase_of_every_attempt() -> None:
     t = Timeouts(boot=1, setup=2, agent=3, finalize=4, scoring=5)
     assert _run_timeout(env, t) == 15 * (1 + env.retries) + 60
     assert _run_timeout(env, t.replace(agent=None)) >= 86400  # no deadline asked for
+
+
+def test_workers_load_a_file_environment_by_its_absolute_path(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tracewire.compose._backend_serve import worker_ref
+
+    monkeypatch.chdir(Path(CRASH_ENV).parent)
+    assert worker_ref("crash_env.py") == CRASH_ENV
+    assert worker_ref("crash_env.py:environment") == f"{CRASH_ENV}:environment"
+    assert worker_ref("arithmetic") == "arithmetic"
+    assert worker_ref("missing.py") == "missing.py"  # left for the loader to report

@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 from .._errors import ServeError
@@ -44,6 +45,17 @@ def _run_timeout(env: Environment, timeouts: Timeouts | None) -> float:
     if any(v is None for v in phases):
         return 7 * 86400.0  # no deadline asked for: a week stands for none
     return sum(v for v in phases if v is not None) * (1 + max(0, env.retries)) + 60.0
+
+
+def worker_ref(ref: str) -> str:
+    """``ref`` as workers must load it: a ``.py`` file path made absolute (a Ray actor's
+    working directory is not the eval's); other references unchanged."""
+    module, sep, attr = ref.strip().partition(":")
+    if module.endswith(".py") or "/" in module:
+        path = Path(module)
+        if path.is_file():
+            return f"{path.resolve()}{sep}{attr}"
+    return ref
 
 
 def _request(task: Task, episode: Episode) -> dict[str, Any]:
@@ -143,7 +155,8 @@ async def serve_rollouts(env: Environment, plan: RolloutPlan,
         run_timeout = _run_timeout(env, plan.timeouts)
         config = ServerConfig(workers=workers, max_inflight=inflight, run_timeout=run_timeout,
                               heartbeat_timeout=2.0 if serve.backend == "ray" else 5.0)
-        async with serve_env(serve.env_ref or env.name, pool=pool, workers=workers,
+        ref = worker_ref(serve.env_ref) if serve.env_ref else env.name
+        async with serve_env(ref, pool=pool, workers=workers,
                              factory=FACTORY, options=options, config=config,
                              client_timeout=run_timeout + 60.0) as client:
             yield ServeRollouts(client, upstream, model)
