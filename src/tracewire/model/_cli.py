@@ -24,10 +24,20 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-model-len", type=int, default=MAX_MODEL_LEN,
                         help=f"context length in tokens, prompt + completion (default "
                              f"{MAX_MODEL_LEN}); agents with long system prompts need more")
+    parser.add_argument("--tokenizer", metavar="DIR", default=None,
+                        help="serve over this local tokenizer directory (tokenizer.json + "
+                             "tokenizer_config.json with its chat_template) instead of the "
+                             "built-in vocabulary; needs the tracewire[tito] extra for chat")
+    parser.add_argument("--non-canonical", metavar="P", type=float, nargs="?", const=0.5,
+                        default=0.0,
+                        help="with --tokenizer: split each multi-character token into its "
+                             "per-character pieces with probability P (default when given: "
+                             "0.5), to smoke-test non-canonical tokenizations")
 
 
 async def _serve(args: argparse.Namespace) -> None:
-    server = ModelServer(args.host, args.port, args.seed, args.max_model_len)
+    server = ModelServer(args.host, args.port, args.seed, args.max_model_len,
+                         tokenizer=args.tokenizer, non_canonical=args.non_canonical)
     await server.start()
     print(server.base_url, flush=True)
     stop = asyncio.Event()
