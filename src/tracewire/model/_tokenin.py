@@ -61,8 +61,14 @@ def _id_request(shared: Shared, v: Validated, sp: Validated, prompt: list[int],
     if max_name != "max_tokens":
         body["max_tokens"] = body.pop(max_name, None)
     sv = Validated(body)
-    params = sv.sampling(len(prompt), default_max=default_max,
-                         max_model_len=shared.max_model_len)
+    try:
+        params = sv.sampling(len(prompt), default_max=default_max,
+                             max_model_len=shared.max_model_len)
+    except RequestError as exc:
+        if exc.param != "max_tokens" or max_name == "max_tokens":
+            raise
+        raise RequestError(str(exc).replace("'max_tokens'", f"'{max_name}'"), max_name,
+                           exc.status, exc.code, exc.type) from None
     params = replace(params, top_logprobs=top)
     n = sv.integer("n", 1, 1, 1)
     del n  # one choice per request, as the token-in routes serve
