@@ -29,8 +29,8 @@ from tracewire.tito.fixtures import FAMILIES, build_tokenizer_dir
 from .test_token_in import ask
 
 APIS = list(UpstreamApi)
-MSGS = [{"role": "system", "content": "You convert units."},
-        {"role": "user", "content": "Convert 40 kg to lb, please."}]
+MSGS = [{"role": "system", "content": "Answer briefly."},
+        {"role": "user", "content": "What is the capital of Sweden?"}]
 
 
 @pytest.fixture(scope="module")

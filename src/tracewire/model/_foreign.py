@@ -5,7 +5,9 @@ tokenizer is drawn in two stages, both recorded in the reported log-probabilitie
 
 1. **Text.** The built-in engine continues ``<|user|>{last 2,048 characters of the decoded
    prompt}<|eot|><|assistant|>`` with plain text (no tool calls), at the request's
-   temperature and ``top_p``, until it samples ``<|eot|>`` or runs out of tokens.
+   temperature and ``top_p``, until it samples ``<|eot|>`` or runs out of tokens. The
+   prompt's trailing headers (segments of at most 16 characters after its last special
+   tokens, such as ``assistant\n``) are left out, so the engine sees the last message.
 2. **Ids.** The text is tokenized canonically by the foreign tokenizer (special-token
    spellings stay text). With split probability ``p`` (``non_canonical``) each multi-character
    token is independently replaced by the canonical ids of its characters, one by one — a
@@ -160,7 +162,17 @@ class ForeignModel:
         """Stage 1's built-in prompt for a foreign prompt."""
         e = self.engine
         sp = e.tok.special
-        text = self.decode(prompt_ids, skip_special=True)[-PROMPT_CHARS:]
+        ids = list(prompt_ids)
+        # Drop the generation prompt's headers ("assistant\n" between special tokens): the
+        # engine conditions on its last 32 tokens, which should be the request's words.
+        while ids:
+            k = len(ids)
+            while k and ids[k - 1] not in self.special_ids:
+                k -= 1
+            if k == 0 or len(self.decode(ids[k:]).strip()) > 16:
+                break
+            ids = ids[:k - 1]
+        text = self.decode(ids or prompt_ids, skip_special=True)[-PROMPT_CHARS:]
         return [sp["<|user|>"], *e.tok.encode(text), sp["<|eot|>"], sp["<|assistant|>"]]
 
     @staticmethod
