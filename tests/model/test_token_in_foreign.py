@@ -237,6 +237,15 @@ def test_cli_serves_a_tokenizer_directory(tok_dirs: dict[str, Path],
         proc.communicate(timeout=10)  # reaps it and closes the pipes
 
 
+@pytest.mark.parametrize("argv", [["--tokenizer", "/nonexistent/dir"],
+                                  ["--non-canonical", "0.3"]])
+def test_cli_refuses_bad_options_in_one_line(argv: list[str]) -> None:
+    r = subprocess.run([sys.executable, "-m", "tracewire", "model", *argv],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr.startswith("tracewire model: ") and "Traceback" not in r.stderr
+
+
 FOREIGN_BAD: list[tuple[str, dict[str, Any], str]] = [
     ("/inference/v1/generate", {"token_ids": [1, 5000]}, "token_ids"),
     ("/inference/v1/generate", {"token_ids": [1], "tracewire": {"non_canonical": 2}},

@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import signal
+import sys
 
+from .._errors import ModelError
 from ._protocol import MAX_MODEL_LEN, MODEL_NAME
 from ._server import ModelServer
 
@@ -51,6 +53,11 @@ async def _serve(args: argparse.Namespace) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Serve until SIGINT/SIGTERM; prints the base URL on its own line once listening."""
-    asyncio.run(_serve(args))
+    """Serve until SIGINT/SIGTERM; prints the base URL on its own line once listening.
+    A bad option or tokenizer directory is one line on stderr and exit status 2."""
+    try:
+        asyncio.run(_serve(args))
+    except ModelError as exc:
+        print(f"tracewire model: {exc}", file=sys.stderr)
+        return 2
     return 0
