@@ -162,7 +162,10 @@ class ForeignModel:
         """Stage 1's built-in prompt for a foreign prompt."""
         e = self.engine
         sp = e.tok.special
-        ids = list(prompt_ids)
+        # only the tail is read (bounded cost for long prompts): a token is >= 1 character
+        # nearly always, so twice the characters' worth of ids is plenty
+        tail = list(prompt_ids[-2 * PROMPT_CHARS:])
+        ids = tail
         # Drop the generation prompt's headers ("assistant\n" between special tokens): the
         # engine conditions on its last 32 tokens, which should be the request's words.
         while ids:
@@ -172,7 +175,7 @@ class ForeignModel:
             if k == 0 or len(self.decode(ids[k:]).strip()) > 16:
                 break
             ids = ids[:k - 1]
-        text = self.decode(ids or prompt_ids, skip_special=True)[-PROMPT_CHARS:]
+        text = self.decode(ids or tail, skip_special=True)[-PROMPT_CHARS:]
         return [sp["<|user|>"], *e.tok.encode(text), sp["<|eot|>"], sp["<|assistant|>"]]
 
     @staticmethod
