@@ -15,6 +15,7 @@ import orjson
 from aiohttp import web
 
 from ._engine import Engine, Generation, TokenStep
+from ._foreign import ForeignModel
 from ._policy import Policy
 from ._protocol import (
     MAX_MODEL_LEN,
@@ -49,6 +50,10 @@ class Shared:
     #: Trainable weights by version (empty: the untrained model); see ModelServer.set_policy.
     policies: dict[int, Policy] = field(default_factory=dict)
     latest: int | None = None
+    #: A tokenizer directory sampled over instead of the built-in vocabulary (None: built-in).
+    foreign: ForeignModel | None = None
+    #: Split probability of foreign tokens when a request does not say (``--non-canonical``).
+    non_canonical: float = 0.0
 
     def next_request(self) -> int:
         self.counter += 1
