@@ -106,7 +106,8 @@ def declared_names(tools: Any) -> tuple[str, ...] | None:
     return tuple(t["function"]["name"] for t in tools)
 
 
-def _sse(obj: Any) -> bytes:
+def sse_event(obj: Any) -> bytes:
+    """One server-sent event carrying ``obj`` as JSON."""
     return b"data: " + orjson.dumps(obj) + b"\n\n"
 
 
@@ -212,7 +213,7 @@ async def _stream(
         obj: dict[str, Any] = {**base, "choices": [c]}
         if first and return_ids:
             obj["prompt_token_ids"] = prompt
-        return _sse(obj)
+        return sse_event(obj)
 
     for i, gen in enumerate(gens):
         await resp.write(chunk(i, {"role": "assistant", "content": ""}, [], None, first=i == 0))
@@ -252,7 +253,7 @@ async def _stream(
         await resp.write(chunk(i, delta, pending, finish))
     if usage:
         done = sum(len(g.tokens) for g in gens)
-        await resp.write(_sse({**base, "choices": [], "usage": {
+        await resp.write(sse_event({**base, "choices": [], "usage": {
             "prompt_tokens": len(prompt), "completion_tokens": done,
             "total_tokens": len(prompt) + done}}))
     await resp.write(b"data: [DONE]\n\n")

@@ -14,7 +14,7 @@ import orjson
 from aiohttp import web
 
 from .._errors import ModelError
-from ._chat import SLICE_S, Shared, _sse, maybe_thread, rng_for
+from ._chat import SLICE_S, Shared, maybe_thread, rng_for, sse_event
 from ._constraints import DecodeState
 from ._engine import Generation, TokenStep
 from ._foreign_chat import foreign_completions
@@ -35,7 +35,7 @@ __all__ = ["completions"]
 _MODES = ("auto", "none", "required")
 
 
-async def _score(shared: Shared, ids: list[int], temperature: float, top_p: float,
+async def score_prompt(shared: Shared, ids: list[int], temperature: float, top_p: float,
                  top_k: int, policy: Policy | None = None, tool_choice: str = "auto",
                  tool_names: tuple[str, ...] | None = None) -> list[TokenStep | None]:
     """Prompt log-probabilities, computed in loop-friendly slices."""
@@ -108,7 +108,7 @@ async def completions(request: web.Request, shared: Shared, body: Any) -> web.St
     policy = shared.policy_for(request)
     prompt_steps: list[TokenStep | None] = []
     if echo and want is not None:
-        prompt_steps = await _score(shared, prompt, params.temperature, params.top_p, want,
+        prompt_steps = await score_prompt(shared, prompt, params.temperature, params.top_p, want,
                                     policy, params.tool_choice, params.tool_names)
     prompt_text = e.tok.decode(prompt) if echo else ""
     gens = [Generation(e, prompt, params, rng_for(shared, seed, i), policy) for i in range(n)]
@@ -166,7 +166,7 @@ async def _stream(
             if prompt_pending[0]:  # as vLLM: the prompt's ids ride on the first chunk only
                 c["prompt_token_ids"] = prompt
                 prompt_pending[0] = False
-        return _sse({**base, "choices": [c]})
+        return sse_event({**base, "choices": [c]})
 
     for i, gen in enumerate(gens):
         if prompt_text:

@@ -20,7 +20,7 @@ import orjson
 from aiohttp import web
 
 from .._errors import ModelError
-from ._chat import Shared, _sse
+from ._chat import Shared, sse_event
 from ._foreign import ForeignModel
 from ._protocol import MAX_N, MAX_TOP_LOGPROBS, MODEL_NAME, RequestError, Validated
 from ._runs import (
@@ -171,9 +171,9 @@ async def foreign_completions(request: web.Request, shared: Shared,
                 if first:
                     c["prompt_token_ids"] = prompt
             first = False
-            await resp.write(_sse({**head, "choices": [c]}))
+            await resp.write(sse_event({**head, "choices": [c]}))
     if usage:
-        await resp.write(_sse({**head, "choices": [],
+        await resp.write(sse_event({**head, "choices": [],
                                "usage": _usage(prompt, sum(len(r.tokens) for r in runs))}))
     await resp.write(b"data: [DONE]\n\n")
     await resp.write_eof()
@@ -237,7 +237,7 @@ async def foreign_chat(request: web.Request, shared: Shared, body: Any) -> web.S
             first["choices"][0]["token_ids"] = []
             if i == 0:
                 first["prompt_token_ids"] = prompt
-        await resp.write(_sse(first))
+        await resp.write(sse_event(first))
         tail = TextTail(fm.decode)
         async for s, last in with_last(run):
             finish = run.finish_reason if last else None
@@ -250,9 +250,9 @@ async def foreign_chat(request: web.Request, shared: Shared, body: Any) -> web.S
                                                if want_lp else None)}
             if return_ids:
                 ch["token_ids"] = [s.token]
-            await resp.write(_sse({**base, "choices": [ch]}))
+            await resp.write(sse_event({**base, "choices": [ch]}))
     if usage:
-        await resp.write(_sse({**base, "choices": [],
+        await resp.write(sse_event({**base, "choices": [],
                                "usage": _usage(prompt, sum(len(r.tokens) for r in runs))}))
     await resp.write(b"data: [DONE]\n\n")
     await resp.write_eof()

@@ -16,8 +16,8 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from ._chat import Shared, _sse
-from ._completions import _score
+from ._chat import Shared, sse_event
+from ._completions import score_prompt
 from ._engine import TokenStep
 from ._protocol import MAX_TOP_LOGPROBS, RequestError, Validated
 from ._runs import (
@@ -109,10 +109,12 @@ async def vllm_generate(request: web.Request, shared: Shared, body: Any) -> web.
     resp = await _prepare(request)
     async for s, last in with_last(run):
         finish = run.finish_reason if last else None
-        await resp.write(_sse({"request_id": rid, "choices": [choice([s.token], [s], finish)]}))
+        await resp.write(sse_event({"request_id": rid,
+                                    "choices": [choice([s.token], [s], finish)]}))
     if not run.tokens:
-        await resp.write(_sse({"request_id": rid, "choices": [choice([], [], run.finish_reason)]}))
-    await resp.write(_sse({"request_id": rid, "choices": [], "usage": usage()}))
+        await resp.write(sse_event({"request_id": rid,
+                                    "choices": [choice([], [], run.finish_reason)]}))
+    await resp.write(sse_event({"request_id": rid, "choices": [], "usage": usage()}))
     return await _done(resp)
 
 
@@ -165,7 +167,7 @@ async def sglang_generate(request: web.Request, shared: Shared, body: Any) -> we
     prompt_lp: list[list[Any]] = []
     if want_lp and start >= 0:
         p = req.params
-        scored = await _score(shared, prompt, p.temperature, p.top_p, top,
+        scored = await score_prompt(shared, prompt, p.temperature, p.top_p, top,
                               shared.policy_for(request), "auto",
                               shared.template.declared_tools(prompt))
         prompt_lp = [[None if s is None else s.logprob, t, None]
@@ -209,11 +211,11 @@ async def sglang_generate(request: web.Request, shared: Shared, body: Any) -> we
             new = shown([x.token for x in steps], False)
             tail.add(new[shown_n:])
             shown_n = len(new)
-            await resp.write(_sse(reply(tail.text, False)))
+            await resp.write(sse_event(reply(tail.text, False)))
     final_ids = shown(run.tokens, True)
     tail.add(final_ids[shown_n:])
     tail.flush()
-    await resp.write(_sse(reply(tail.text, True)))
+    await resp.write(sse_event(reply(tail.text, True)))
     return await _done(resp)
 
 
