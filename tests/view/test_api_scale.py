@@ -10,10 +10,9 @@ import aiohttp
 import numpy as np
 
 from tracewire.store import Run
-from tracewire.store._schema import insert_sql
 from tracewire.view import ViewServer
 
-from .builders import long_episode, write_run
+from .builders import insert_sql, long_episode, write_run
 from .test_api import get_json
 
 N_ROWS = 100_000

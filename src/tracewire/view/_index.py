@@ -110,6 +110,18 @@ class IndexTable:
         self._orders: LRU[tuple[Any, ...], NDArray[np.int64]] = LRU(16)
         self._sorted: dict[str, NDArray[np.int64]] = {}
 
+    def reload(self) -> None:
+        """Forget the in-memory copy and load it again from the index (benches time this)."""
+        with self._lock:
+            self._reset()
+        self.refresh()
+
+    def drop_orderings(self) -> None:
+        """Forget the cached sorts, so the next page pays for its ordering again (benches)."""
+        with self._lock:
+            self._orders.clear()
+            self._sorted.clear()
+
     def _store(self) -> Run:
         return self._run()
 
