@@ -2,7 +2,8 @@
 
 Routes (all GET):
 ``/`` the page; ``/static/{name}`` its assets (a fixed set shipped in the package);
-``/api/run``; ``/api/episodes`` (index page); ``/api/facets``; ``/api/stats``;
+``/api/run``; ``/api/vocab`` (the run's tokenizer as a table of id pieces, or
+``known: false``); ``/api/episodes`` (index page); ``/api/facets``; ``/api/stats``;
 ``/api/episodes/{id}``; ``.../traces/{t}/timing``; ``.../traces/{t}/branches/{leaf}``
 (nodes, paged); ``.../traces/{t}/branches/{leaf}/tokens`` (token window, binary or JSON);
 ``/api/events`` (server-sent events: live episodes, or one episode with ``?episode=``).
@@ -86,9 +87,18 @@ async def _run_info(request: web.Request) -> web.Response:
     src = request.app[SOURCE]
 
     def work() -> dict[str, Any]:
-        return {"dir": src.run_dir.name, "meta": src.meta(), "episodes": src.index_count()}
+        return {"dir": src.run_dir.name, "meta": src.meta(), "episodes": src.index_count(),
+                "tokenizer": src.vocab().ref.describe()}
 
     return json_response(await asyncio.to_thread(work))
+
+
+async def _vocab(request: web.Request) -> web.Response:
+    src = request.app[SOURCE]
+    # Built once per run in a worker thread (a 150k-id vocabulary takes a while to decode).
+    body = await asyncio.to_thread(lambda: src.vocab().body())
+    return web.Response(body=body, content_type="application/json",
+                        headers={"Cache-Control": "private, max-age=3600"})
 
 
 def _index_query(q: Any) -> IndexQuery:
@@ -294,6 +304,7 @@ def build_app(run_dir: str | Path, *, poll_interval: float = 0.25) -> web.Applic
     r.add_get("/api/run", _run_info)
     r.add_get("/api/episodes", _episodes)
     r.add_get("/api/facets", _facets)
+    r.add_get("/api/vocab", _vocab)
     r.add_get("/api/stats", _stats)
     r.add_get("/api/events", _events)
     base = "/api/episodes/{id}"

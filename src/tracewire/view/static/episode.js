@@ -2,7 +2,7 @@
 // views of the chosen branch: conversation bubbles, tokens, timing waterfall. A live episode
 // follows its event stream and grows turn by turn, pending tool results included.
 import { ApiError, api, el, fmtNum, fmtSecs, setStatus } from "./util.js";
-import { TokenView } from "./tokens.js";
+import { TokenView, loadVocab } from "./tokens.js";
 import { waterfall } from "./plots.js";
 
 const PAGE = 200;
@@ -150,9 +150,10 @@ export async function renderEpisode(app, id, params) {
       const holder = el("div", {});
       body.replaceChildren(holder);
       const leafInfo = trace().leaves.find((l) => l.leaf === st.leaf);
-      const b = await api(`${base}/traces/${st.t}/branches/${st.leaf}?limit=1`);
+      const [b, vocab] = await Promise.all([
+        api(`${base}/traces/${st.t}/branches/${st.leaf}?limit=1`), loadVocab()]);
       st.tokens = new TokenView(holder, `${base}/traces/${st.t}/branches/${st.leaf}/tokens`,
-        leafInfo ? leafInfo.n_tokens : b.n_tokens);
+        leafInfo ? leafInfo.n_tokens : b.n_tokens, vocab);
     } else {
       const canvas = el("canvas", { class: "waterfall", "data-testid": "waterfall" });
       body.replaceChildren(canvas);
