@@ -61,7 +61,8 @@ def fill(path: Path) -> None:
         1.0, 1000.0 + i, 0, i * 100, 100, 0, None, None) for i in range(N)]  # fmt: skip
     conn = sqlite3.connect(path / "index.sqlite")
     with conn:
-        conn.executemany(insert_sql(), rows)
+        # Columns added after these rows were written down are left null.
+        conn.executemany(insert_sql(), [r + (None,) * (len(COLUMNS) - len(r)) for r in rows])
     conn.close()
 
 

@@ -136,3 +136,9 @@ def insert_sql() -> str:
     ``episodes``): a test shortcut that fills a big index without writing records."""
     names = ", ".join(f'"{n}"' for n in COLUMNS)
     return f"INSERT OR REPLACE INTO episodes ({names}) VALUES ({', '.join('?' for _ in COLUMNS)})"
+
+
+def padded(row: tuple[object, ...]) -> tuple[object, ...]:
+    """An index row written for the columns known when the test was written, with any
+    column the store added since left null."""
+    return row + (None,) * (len(COLUMNS) - len(row))
