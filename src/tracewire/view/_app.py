@@ -90,7 +90,8 @@ async def _run_info(request: web.Request) -> web.Response:
 
     def work() -> dict[str, Any]:
         return {"dir": src.run_dir.name, "meta": src.meta(), "episodes": src.index_count(),
-                "tokenizer": src.vocab().ref.describe(), "columns": src.index.present()}
+                "tokenizer": src.vocab().ref.describe(), "columns": src.index.present(),
+                "health": src.health()}
 
     return json_response(await asyncio.to_thread(work))
 
@@ -194,7 +195,10 @@ async def _episode(request: web.Request) -> web.Response:
 
     def work() -> dict[str, Any]:
         ep, live = _find(src, eid)
-        return episode_summary(ep, live=live)
+        out = episode_summary(ep, live=live)
+        # A journal whose writer is gone is not running: say so rather than "live".
+        out["stale"] = live and src.health()["state"] == "needs_repair"
+        return out
 
     return json_response(await asyncio.to_thread(work))
 
@@ -283,6 +287,7 @@ async def _events(request: web.Request) -> web.StreamResponse:
                     sent_version = state.version
                     await resp.write(_sse("live", {
                         "episodes": state.rows, "index_rows": state.index_rows,
+                        "health": state.health,
                     }))
             elif episode in state.summaries:
                 sig = state.sigs[episode]

@@ -87,7 +87,9 @@ export async function renderEpisode(app, id, params) {
     const span = (s) => s.end ? fmtSecs(s.end - s.start) : "running";
     header.replaceChildren(
       el("div", {}, el("b", { "data-testid": "episode-id" }, ep.id), " ",
-        ep.live ? el("span", { class: "live-badge", "data-testid": "live-badge" }, "live") : null),
+        ep.stale ? el("span", { class: "stale-badge", "data-testid": "stale-badge" },
+          "stale: its writer crashed; run `tracewire check --repair` to store it as incomplete")
+          : ep.live ? el("span", { class: "live-badge", "data-testid": "live-badge" }, "live") : null),
       el("dl", { class: "kv" },
         el("dt", {}, "env / task"), el("dd", {}, `${ep.env} / ${ep.task_key} (group ${ep.group_index})`),
         el("dt", {}, "reward"), el("dd", { "data-testid": "episode-reward" }, fmtNum(ep.reward)),
@@ -139,7 +141,7 @@ export async function renderEpisode(app, id, params) {
     if (st.leaf === null) st.leaf = Number(params.get("leaf") ?? lastNode());
     if (st.leaf > lastNode() || st.leaf < 0) st.leaf = lastNode();
     params.delete("leaf");
-    st.follow = ep.live && st.leaf === lastNode();
+    st.follow = ep.live && !ep.stale && st.leaf === lastNode();
     renderHeader(); renderTabs(); setHash();
     if (st.leaf < 0) { body.replaceChildren(el("p", { class: "muted" }, "no messages yet"), pendingBox); return; }
     if (st.tab === "chat") {
@@ -198,7 +200,8 @@ export async function renderEpisode(app, id, params) {
   await renderTrace();
 
   let events = null, queue = Promise.resolve();
-  if (ep.live) {
+  if (ep.stale) setStatus("needs repair");
+  else if (ep.live) {
     setStatus("live");
     events = new EventSource(`/api/events?episode=${id}`);
     // Handle events one at a time, in order, so pages are appended exactly once.

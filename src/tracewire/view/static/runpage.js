@@ -51,6 +51,19 @@ export async function renderRun(app, params) {
   const lineSvg = el("div", { "data-testid": "reward-over-time" });
   const liveBox = el("div", { "data-testid": "live-list" });
   const stepsBox = el("div", { class: "row", "data-testid": "steps" });
+  const repairBox = el("div", {});
+  const liveTitle = el("h2", {}, "Running now");
+  let health = info.health || {};
+  function renderHealth(h) {
+    health = h || {};
+    const broken = health.state === "needs_repair";
+    liveTitle.textContent = broken ? "Left by a crashed writer (not running)" : "Running now";
+    repairBox.replaceChildren(...(broken ? [el("div", { class: "banner", "data-testid": "needs-repair" },
+      `needs repair: ${health.hint} — the writer of this run is gone`,
+      health.journals ? ` and left ${health.journals} unfinished episode(s) in journals` : "",
+      "; what is shown below is what it wrote before it stopped.")] : []));
+  }
+  renderHealth(health);
   const table = el("table", { class: "grid", "data-testid": "episode-table" });
   const pager = el("div", { class: "pager", "data-testid": "pager" });
 
@@ -85,8 +98,8 @@ export async function renderRun(app, params) {
     el("div", { class: "row" }, metaBox,
       el("div", { class: "card" }, el("div", { class: "muted" }, "reward histogram"), histSvg),
       el("div", { class: "card" }, el("div", { class: "muted" }, "mean reward over arrival"), lineSvg)),
-    stepsBox,
-    el("h2", {}, "Running now"), liveBox,
+    repairBox, stepsBox,
+    liveTitle, liveBox,
     el("h2", {}, "Episodes"), form, pager, table);
 
   function query() {
@@ -156,7 +169,9 @@ export async function renderRun(app, params) {
       el("tbody", {}, ...rows.map((r) => el("tr", {
         class: "clickable", "data-testid": "live-row", "data-id": r.id,
         onclick: () => { location.hash = "#/episodes/" + r.id; },
-      }, el("td", {}, el("span", { class: "live-badge" }, "live"), " ", r.id.slice(0, 12)),
+      }, el("td", {}, health.state === "needs_repair"
+        ? el("span", { class: "stale-badge", "data-testid": "stale-badge" }, "stale")
+        : el("span", { class: "live-badge" }, "live"), " ", r.id.slice(0, 12)),
       el("td", {}, r.env), el("td", {}, r.task_key), el("td", { class: "num" }, fmtNum(r.n_nodes)),
       el("td", { class: "num" }, fmtNum(r.n_tokens)), el("td", { class: "num" }, fmtNum(r.n_calls)),
       el("td", { class: "num" }, fmtNum(r.pending)))))));
@@ -168,8 +183,10 @@ export async function renderRun(app, params) {
   const events = new EventSource("/api/events");
   events.addEventListener("live", (ev) => {
     const d = JSON.parse(ev.data);
+    renderHealth(d.health);
     renderLive(d.episodes);
-    setStatus(d.episodes.length ? `${d.episodes.length} running` : "");
+    setStatus(health.state === "needs_repair" ? "needs repair"
+      : d.episodes.length ? `${d.episodes.length} running` : "");
     if (d.index_rows !== indexRows) {
       indexRows = d.index_rows;
       document.querySelector("[data-testid=run-count]").textContent = fmtNum(indexRows);
