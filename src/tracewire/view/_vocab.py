@@ -11,6 +11,7 @@ named by ``tokenizer`` in the run's config (``Run.create(meta=...)``, kept under
 from __future__ import annotations
 
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,9 @@ __all__ = ["MAX_VOCAB", "TokenizerRef", "VocabTable", "resolve_tokenizer"]
 
 #: Largest vocabulary served as a table (real models have up to ~260k ids).
 MAX_VOCAB = 1_048_576
+#: Ids decoded / encoded per slice; between slices the worker thread yields the GIL so the
+#: event loop never waits on a whole 150k-id table.
+SLICE = 4096
 
 
 @dataclass(frozen=True)
@@ -75,10 +79,24 @@ def _dir_table(path: Path) -> tuple[list[str], list[int]]:
 
     tok = ChatTokenizer(path)
     n = min(tok.vocab_size, MAX_VOCAB)
-    # One batch call into the Rust tokenizer, not n Python-level decodes.
-    pieces = [str(p) for p in tok.hf.batch_decode([[i] for i in range(n)],
-                                                  skip_special_tokens=False)]
+    fast = tok.hf.backend_tokenizer  # the Rust tokenizer: batch decodes, not n Python calls
+    pieces: list[str] = []
+    for lo in range(0, n, SLICE):
+        batch = [[i] for i in range(lo, min(lo + SLICE, n))]
+        pieces += [str(p) for p in fast.decode_batch(batch, skip_special_tokens=False)]
+        time.sleep(0)
     return pieces, sorted(i for i in tok.special.values() if i < n)
+
+
+def _dumps(table: dict[str, Any]) -> bytes:
+    # The pieces list is most of the bytes: encode it in slices, yielding between them.
+    pieces = table.pop("pieces")
+    parts = []
+    for lo in range(0, len(pieces), SLICE):
+        parts.append(orjson.dumps(pieces[lo : lo + SLICE])[1:-1])
+        time.sleep(0)
+    head = orjson.dumps(table)
+    return head[:-1] + b',"pieces":[' + b",".join(parts) + b"]}"
 
 
 class VocabTable:
@@ -94,7 +112,7 @@ class VocabTable:
         from a worker thread); an unknown or unloadable tokenizer gives ``known: false``."""
         with self._lock:
             if self._body is None:
-                self._body = orjson.dumps(self._build())
+                self._body = _dumps(self._build())
             return self._body
 
     def _build(self) -> dict[str, Any]:
