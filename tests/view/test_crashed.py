@@ -51,20 +51,31 @@ WRITER = textwrap.dedent("""
 """)
 
 
-def crashed_run(path: Path) -> str:
-    """Run the writer above in a real process, SIGKILL it once its journal is on disk;
-    returns the journaled episode's id."""
+def start_writer(path: Path) -> tuple[subprocess.Popen[str], str]:
+    """Run the writer above in a real process until its journal is on disk; returns the
+    process and the journaled episode's id."""
     proc = subprocess.Popen([sys.executable, "-c", WRITER, str(path)], stdout=subprocess.PIPE,
                             text=True)
-    try:
-        assert proc.stdout is not None
-        eid = proc.stdout.readline().strip()
-        assert eid, "the writer process did not start"
-    finally:
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=30)
-        if proc.stdout is not None:
-            proc.stdout.close()
+    assert proc.stdout is not None
+    eid = proc.stdout.readline().strip()
+    if not eid:
+        kill(proc)
+        raise AssertionError("the writer process did not start")
+    return proc, eid
+
+
+def kill(proc: subprocess.Popen[str]) -> None:
+    """kill -9, as a crash or the OOM killer would."""
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+    if proc.stdout is not None:
+        proc.stdout.close()
+
+
+def crashed_run(path: Path) -> str:
+    """A run whose writer was SIGKILLed once its journal was on disk; the episode's id."""
+    proc, eid = start_writer(path)
+    kill(proc)
     return eid
 
 
@@ -80,6 +91,28 @@ async def events_first(s: aiohttp.ClientSession, url: str) -> dict[str, Any]:
             if line.startswith(b"data: "):
                 return orjson.loads(line[6:])  # type: ignore[no-any-return]
     raise AssertionError("no event")
+
+
+async def test_writer_killed_while_watched(tmp_path: Path) -> None:
+    proc, eid = start_writer(tmp_path / "run")
+    try:
+        async with ViewServer(tmp_path / "run", poll_interval=0.05) as srv, \
+                aiohttp.ClientSession() as s, s.get(srv.url + "/api/events") as r:
+            states = []
+            async for line in r.content:
+                if not line.startswith(b"data: "):
+                    continue
+                event = orjson.loads(line[6:])
+                assert [e["id"] for e in event["episodes"]] == [eid]
+                states.append(event["health"]["state"])
+                if states == ["live"]:
+                    kill(proc)  # the stream must say so, not go on showing it as running
+                if states[-1] == "needs_repair":
+                    break
+            assert states[0] == "live" and states[-1] == "needs_repair"
+    finally:
+        if proc.poll() is None:
+            kill(proc)
 
 
 async def test_crashed_run_needs_repair(crashed: tuple[Path, str]) -> None:
