@@ -164,6 +164,8 @@ async def test_live_writer_and_closed_run_are_not_flagged(tmp_path: Path) -> Non
                                   "hint": None}
 
 
+# Browser tests stay last in the module: the module-scoped Playwright browser keeps an
+# event loop on this thread from its first use on, which async tests after it would trip on.
 @pytest.mark.browser
 def test_crashed_run_page_says_needs_repair(view_page: Any, crashed: tuple[Path, str]) -> None:
     path, eid = crashed

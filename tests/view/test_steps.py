@@ -112,6 +112,8 @@ async def test_a_run_without_steps_has_no_step_plot_or_columns(tmp_path: Path) -
     assert info["columns"] == []
 
 
+# Browser tests stay last in the module: the module-scoped Playwright browser keeps an
+# event loop on this thread from its first use on, which async tests after it would trip on.
 @pytest.mark.browser
 def test_run_page_plots_reward_over_steps(view_page: Any, train_run: Path) -> None:
     lines = [orjson.loads(x) for x in (train_run / "train_steps.jsonl").read_bytes().splitlines()]
@@ -136,4 +138,10 @@ def test_run_page_plots_reward_over_steps(view_page: Any, train_run: Path) -> No
         page.get_by_test_id("apply").click()
         expect(page.get_by_test_id("episode-row")).to_have_count(4)
         expect(page.get_by_test_id("col-policy_version")).to_be_visible()
+        row = page.get_by_test_id("episode-row").first
+        eid = row.get_attribute("data-id")
+        row.click()
+        ep = open_run(train_run).get(str(eid))
+        expect(page.get_by_test_id("episode-step")).to_have_text(
+            f"{ep.info['step']} / {ep.info['policy_version']}")
     assert page.errors == []

@@ -112,6 +112,25 @@ async def test_broken_tokenizer_directory_reports_why(tmp_path: Path) -> None:
     assert vocab["known"] is False and "cannot load the tokenizer" in vocab["reason"]
 
 
+async def test_top_level_meta_and_a_directory_relative_to_the_run(tmp_path: Path) -> None:
+    # A tokenizer directory kept inside the run and named relative to it, recorded at the
+    # top level of meta.json (as a writer other than Run.create's config might put it).
+    run_dir = tmp_path / "run"
+    tok_dir = build_tokenizer_dir(tmp_path / "elsewhere", "llama3")
+    tok = ChatTokenizer(tok_dir)
+    ids = tok.encode("<|begin_of_text|>hello")
+    await write_run(run_dir, [token_episode(ids[:1], ids[1:])])
+    (run_dir / "tok").symlink_to(tok_dir, target_is_directory=True)
+    meta = orjson.loads((run_dir / "meta.json").read_bytes())
+    (run_dir / "meta.json").write_bytes(orjson.dumps({**meta, "tokenizer": "tok"}))
+    info, vocab = await vocab_of(run_dir)
+    assert info["tokenizer"]["kind"] == "dir" and info["tokenizer"]["name"] == "tok"
+    assert "".join(vocab["pieces"][i] for i in ids) == "<|begin_of_text|>hello"
+    assert vocab["pieces"][ids[0]] == "<|begin_of_text|>" and ids[0] in vocab["special"]
+
+
+# Browser tests stay last in the module: the module-scoped Playwright browser keeps an
+# event loop on this thread from its first use on, which async tests after it would trip on.
 @pytest.mark.browser
 def test_token_view_shows_text(view_page: Any, tmp_path: Path, qwen_dir: Path) -> None:
     tok = ChatTokenizer(qwen_dir)
@@ -159,20 +178,3 @@ def test_token_view_without_tokenizer_shows_ids(view_page: Any, tmp_path: Path) 
         expect(page.locator(".tok[data-pos='2']")).to_have_text("13")
         expect(page.get_by_test_id("token-show")).to_have_count(0)
     assert page.errors == []
-
-
-async def test_top_level_meta_and_a_directory_relative_to_the_run(tmp_path: Path) -> None:
-    # A tokenizer directory kept inside the run and named relative to it, recorded at the
-    # top level of meta.json (as a writer other than Run.create's config might put it).
-    run_dir = tmp_path / "run"
-    tok_dir = build_tokenizer_dir(tmp_path / "elsewhere", "llama3")
-    tok = ChatTokenizer(tok_dir)
-    ids = tok.encode("<|begin_of_text|>hello")
-    await write_run(run_dir, [token_episode(ids[:1], ids[1:])])
-    (run_dir / "tok").symlink_to(tok_dir, target_is_directory=True)
-    meta = orjson.loads((run_dir / "meta.json").read_bytes())
-    (run_dir / "meta.json").write_bytes(orjson.dumps({**meta, "tokenizer": "tok"}))
-    info, vocab = await vocab_of(run_dir)
-    assert info["tokenizer"]["kind"] == "dir" and info["tokenizer"]["name"] == "tok"
-    assert "".join(vocab["pieces"][i] for i in ids) == "<|begin_of_text|>hello"
-    assert vocab["pieces"][ids[0]] == "<|begin_of_text|>" and ids[0] in vocab["special"]

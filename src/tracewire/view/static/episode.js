@@ -94,6 +94,9 @@ export async function renderEpisode(app, id, params) {
         el("dt", {}, "env / task"), el("dd", {}, `${ep.env} / ${ep.task_key} (group ${ep.group_index})`),
         el("dt", {}, "reward"), el("dd", { "data-testid": "episode-reward" }, fmtNum(ep.reward)),
         el("dt", {}, "ok"), el("dd", {}, String(ep.ok)),
+        ...(ep.info && (ep.info.step !== undefined || ep.info.policy_version !== undefined) ? [
+          el("dt", {}, "step / policy"), el("dd", { "data-testid": "episode-step" },
+            `${ep.info.step ?? "–"} / ${ep.info.policy_version ?? "–"}`)] : []),
         el("dt", {}, "timing"), el("dd", {}, Object.entries(ep.timing).map(([k, s]) => `${k} ${span(s)}`).join(", ") || "–"),
         el("dt", {}, "errors"), el("dd", {}, errorList(ep.errors))));
     traceTabs.replaceChildren(...ep.traces.map((tr, i) => el("button", {
