@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import dataclasses
 import errno
-import fcntl
 import logging
 import os
 import sqlite3
@@ -86,23 +85,6 @@ class CheckReport:
             lines.append("repaired:")
             lines += [f"  {a}" for a in self.repaired]
         return "\n".join(lines)
-
-
-def writer_alive(layout: Layout) -> bool:
-    """True while a writer holds the run's lock (probed read-only; creates nothing)."""
-    try:
-        fd = os.open(layout.lock, os.O_RDONLY)
-    except OSError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    except OSError:
-        return False
-    finally:
-        os.close(fd)  # closing releases a shared lock taken here
-    return False
 
 
 @dataclasses.dataclass(slots=True)
@@ -229,7 +211,7 @@ def verify_run(layout: Layout, conn: sqlite3.Connection, status: Any) -> CheckRe
     """Check the run at ``layout`` through its read connection ``conn`` (read-only; see the
     module docstring); ``status`` is the run's recorded status."""
     report = CheckReport(str(layout.root))
-    live = writer_alive(layout)
+    live = layout.writer_alive()
     _check(layout, conn, report, live)
     if not live:
         if layout.journals():

@@ -106,6 +106,22 @@ class Layout:
             return None
         return fd
 
+    def writer_alive(self) -> bool:
+        """True while a writer holds the run's lock (probed read-only; creates nothing)."""
+        try:
+            fd = os.open(self.lock, os.O_RDONLY)
+        except OSError:
+            return False  # no lock file: no writer ever ran here, or it is not readable
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        except OSError:
+            return False
+        finally:
+            os.close(fd)  # closing releases a shared lock taken here
+        return False
+
     @staticmethod
     def unlock(fd: int) -> None:
         """Release a lock from :meth:`try_lock`."""

@@ -10,8 +10,6 @@ non-blocking shared lock answers "alive?" without a full check.
 
 from __future__ import annotations
 
-import fcntl
-import os
 import threading
 import time
 from typing import Any
@@ -23,22 +21,6 @@ __all__ = ["RunHealth"]
 #: Seconds between lock probes (a probe that finds no writer briefly holds a shared lock,
 #: during which a new writer could not start; keep those moments rare).
 PROBE_EVERY_S = 1.0
-
-
-def _writer_alive(layout: Layout) -> bool:
-    try:
-        fd = os.open(layout.lock, os.O_RDONLY)
-    except OSError:
-        return False  # no lock file: no writer ever ran here, or it is not readable
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    except OSError:
-        return False
-    finally:
-        os.close(fd)  # closing releases a shared lock taken here
-    return False
 
 
 class RunHealth:
@@ -61,7 +43,7 @@ class RunHealth:
             journals = len(self.layout.journals())
             if status != "running" and not journals:
                 state = "closed"
-            elif _writer_alive(self.layout):
+            elif self.layout.writer_alive():
                 state = "live"
             else:
                 state = "needs_repair"
