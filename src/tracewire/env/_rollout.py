@@ -205,6 +205,12 @@ async def _attempt(
 async def _cleanup(env: Environment, rollout: Rollout, proxy: ProxyLike) -> None:
     await rollout.aclose()
     await env.harness.cleanup(rollout)
+    finish = getattr(proxy, "finish_session", None)
+    if finish is not None:  # token-in/token-out records its mismatch report on the trace
+        try:
+            await finish(rollout.session.id)
+        except LookupError:
+            pass
     try:
         proxy.registry.delete(rollout.session.id)
     except LookupError:

@@ -279,6 +279,9 @@ class SessionAPI:
         """``GET /sessions/{id}``."""
         session = self._session(request)
         counts = await asyncio.to_thread(self.builder(session).summary)
+        await self.proxy.finish_session(session.id)  # tito_mismatch, when token-in/out
+        tito = {k: session.trace.info[k] for k in ("tito_mismatch", "tito")
+                if k in session.trace.info}
         return _json(
             {
                 "session_id": session.id,
@@ -292,6 +295,7 @@ class SessionAPI:
                 "group_id": session.group_id,
                 "group_index": session.group_index,
                 "collected": session.id in self.collected,
+                **tito,
             }
         )
 

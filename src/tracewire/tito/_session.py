@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ._errors import BridgeError
-from ._history import Continuation, ConversationIndex, RecordedTurn, RerenderReason
+from ._history import Continuation, ConversationIndex, RecordedTurn, RerenderReason, _Buffer
 from ._render import PromptBuilder, Rendered
 
 __all__ = ["Plan", "TokenSession"]
@@ -86,6 +86,52 @@ class TokenSession:
         plan.point = self.index.new_branch(r.ids)
         return plan
 
+    def plan_on(self, messages: Sequence[dict[str, Any]], tools: Sequence[Any] | None, *,
+                new: int, base_ids: Sequence[int] | None, base_sampled: bool,
+                ended_by_stop: bool = True, recorded: bool = False,
+                root_role: str | None = None) -> Plan:
+        """The prompt for ``messages`` given what the proxy matched: the last ``new``
+        messages are new, ``base_ids`` the recorded ids of the path the rest ends at
+        (``base_sampled``: it ends at the echoed assistant's sampled ids). Bridges from
+        those ids verbatim; otherwise re-renders whole with a reason (none for a first
+        turn). Plans made here are not recorded in :attr:`index` (the trace is the record).
+        """
+        msgs = list(messages)
+        new_msgs = msgs[len(msgs) - new:] if new else []
+        if base_ids is not None:
+            base = RecordedTurn(_Buffer(list(base_ids)), len(base_ids), ended_by_stop)
+            if not new_msgs and not base_sampled and base.length:
+                plan = Plan(Continuation("same", base), base, None, msgs)
+                plan.point = base
+                return plan
+            if base_sampled and new_msgs:
+                try:
+                    r = self.builder.bridge(base.last_id if ended_by_stop else None,
+                                            base.length, new_msgs, tools)
+                except BridgeError:
+                    reason: RerenderReason | None = RerenderReason.TEMPLATE
+                else:
+                    self.bridges += 1
+                    plan = Plan(Continuation("bridge", base, new_msgs), base, r, msgs)
+                    plan.point = base.extended(r.ids)
+                    return plan
+            else:
+                reason = _why(msgs, new_msgs, base_sampled)
+        elif not recorded:
+            reason = None  # a first turn
+        elif new == len(msgs):
+            reason = (RerenderReason.SYSTEM_CHANGED
+                      if msgs and msgs[0].get("role") == "system" == root_role
+                      else RerenderReason.HISTORY_CHANGED)
+        else:
+            reason = _why(msgs, new_msgs, base_sampled)
+        if reason is not None:
+            self.rerenders[reason.value] += 1
+        r = self.builder.render_full(msgs, tools, reason=reason.value if reason else "")
+        plan = Plan(Continuation("full", None, msgs, reason), None, r, msgs)
+        plan.point = self.index.new_branch(r.ids)
+        return plan
+
     def commit(self, plan: Plan, assistant: dict[str, Any], completion: Sequence[int],
                ended_by_stop: bool) -> RecordedTurn:
         """Record the turn ``plan`` was sent for: the ``assistant`` message returned to the
@@ -93,3 +139,18 @@ class TokenSession:
         length)."""
         return self.index.record(plan.messages, plan.continuation.chain, plan.point,
                                  assistant, completion, ended_by_stop)
+
+
+def _why(msgs: list[dict[str, Any]], new_msgs: list[dict[str, Any]], base_sampled: bool
+         ) -> RerenderReason:
+    """Why a history that matched part of the record cannot be bridged."""
+    if not new_msgs:
+        # The request ends inside the record: it dropped turns off the end.
+        return RerenderReason.TRUNCATED
+    first = new_msgs[0].get("role")
+    if first == "assistant" or (not base_sampled and any(
+            m.get("role") == "assistant" for m in new_msgs)):
+        return RerenderReason.ASSISTANT_EDITED
+    if first == "system":
+        return RerenderReason.SYSTEM_CHANGED
+    return RerenderReason.HISTORY_CHANGED
