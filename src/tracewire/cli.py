@@ -56,9 +56,9 @@ def _train() -> Command:
 
 
 def _proxy() -> Command:
-    from .proxy import _cli
+    from .compose import _cli_proxy  # the root picks the upstream (--tokenizer)
 
-    return _cli
+    return _cli_proxy
 
 
 def _serve() -> Command:

@@ -16,9 +16,10 @@ from typing import Any
 
 from ..env import Timeouts, load_environment, run_rollout
 from ..model import MAX_MODEL_LEN, MODEL_NAME, ModelServer
-from ..proxy import Proxy
+from ..proxy import Proxy, ProxyConfig
 from ..serve import Runner
 from ..trace import Episode
+from ._tito import make_upstream
 
 __all__ = ["env_factory"]
 
@@ -26,7 +27,8 @@ __all__ = ["env_factory"]
 @contextlib.asynccontextmanager
 async def env_factory(env: str, options: dict[str, Any]) -> AsyncIterator[Runner]:
     """Yield a runner for environment ``env``; options ``base_url`` (with ``model``),
-    ``timeouts`` (a dict of phase deadlines) and ``max_model_len`` (built-in model)."""
+    ``timeouts`` (a dict of phase deadlines), ``max_model_len`` (built-in model), and
+    ``tokenizer``/``upstream_api`` (token-in/token-out)."""
     environment = load_environment(env)
     raw = options.get("timeouts")
     timeouts = Timeouts(**raw) if isinstance(raw, dict) else None
@@ -41,7 +43,10 @@ async def env_factory(env: str, options: dict[str, Any]) -> AsyncIterator[Runner
             server = await asyncio.to_thread(ModelServer.run_in_thread, max_model_len=max_len)
             stack.push_async_callback(asyncio.to_thread, server.stop)
             base_url = server.base_url
-        proxy = Proxy(str(base_url))
+        tok = options.get("tokenizer")
+        config = ProxyConfig(tokenizer=str(tok) if tok else None,
+                             upstream_api=str(options.get("upstream_api") or "completions"))
+        proxy = Proxy(make_upstream(str(base_url), config, model=model), config=config)
         await proxy.start()
         stack.push_async_callback(proxy.stop)
 

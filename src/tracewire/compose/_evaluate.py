@@ -101,6 +101,8 @@ async def evaluate(
     stop: asyncio.Event | None = None,
     on_episode: EpisodeCallback | None = None,
     total_hint: TotalHint | None = None,
+    tokenizer: str | None = None,
+    upstream_api: str = "completions",
 ) -> EvalResult:
     """Run ``n`` tasks (all by default) × ``r`` rollouts of ``env`` into a stored run.
 
@@ -113,6 +115,8 @@ async def evaluate(
     ``on_episode`` sees each stored episode with the running tally; ``total_hint`` gets the
     number of rollouts to run once it is known. ``timeouts`` replaces the environment's
     phase deadlines; ``backend`` picks where the rollouts run (``local``: this process).
+    ``tokenizer`` (a local tokenizer directory) serves the proxy token-in/token-out over
+    ``base_url``'s ``upstream_api`` endpoint instead of the chat pass-through.
     """
     if r < 1 or concurrency < 1 or (n is not None and n < 0):
         raise ValueError("need r >= 1, concurrency >= 1 and n >= 0")
@@ -126,7 +130,8 @@ async def evaluate(
     if max_tokens is not None:
         sampling["max_tokens"] = max_tokens
     plan = RolloutPlan(base_url=base_url, model=model, api_key=api_key, seed=seed,
-                       max_model_len=max_model_len, sampling=sampling, timeouts=timeouts)
+                       max_model_len=max_model_len, sampling=sampling, timeouts=timeouts,
+                       tokenizer=tokenizer, upstream_api=upstream_api)
     tally = Tally()
     status = "complete"
     lag: float | None = None

@@ -12,12 +12,14 @@ from typing import Any, Literal
 
 from ..env import Timeouts
 
-__all__ = ["BACKENDS", "Backend", "RolloutPlan"]
+__all__ = ["BACKENDS", "UPSTREAM_APIS", "Backend", "RolloutPlan"]
 
 #: Where an eval's rollouts run: ``local`` is this process.
 Backend = Literal["local"]
 #: Every :data:`Backend`, for the command line's choices.
 BACKENDS: tuple[Backend, ...] = ("local",)
+#: Token-in endpoints ``--upstream-api`` accepts (the values of ``tito.codecs.UpstreamApi``).
+UPSTREAM_APIS = ("completions", "generate", "sglang")
 
 
 @dataclass(frozen=True)
@@ -31,3 +33,7 @@ class RolloutPlan:
     max_model_len: int | None = None
     sampling: Mapping[str, Any] = field(default_factory=dict)
     timeouts: Timeouts | None = None
+    #: Token-in/token-out: a local tokenizer directory and the endpoint to send ids to
+    #: (see ``ProxyConfig.tokenizer``); None keeps the chat pass-through.
+    tokenizer: str | None = None
+    upstream_api: str = "completions"

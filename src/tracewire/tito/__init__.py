@@ -12,6 +12,8 @@ canonical re-render.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ._errors import (
     BridgeError,
     TemplateError,
@@ -33,6 +35,9 @@ from ._render import PromptBuilder, Rendered
 from ._session import Plan, TokenSession
 from ._stream import StreamEvent, StreamParser
 from ._tokenizer import ChatTokenizer, IncrementalDecoder, chat_messages
+
+if TYPE_CHECKING:
+    from ._upstream import TokenUpstream
 
 
 def __getattr__(name: str) -> object:
