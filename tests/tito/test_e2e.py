@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import numpy as np
 import pytest
 from aiohttp import web
@@ -137,10 +138,15 @@ async def test_compaction_and_system_change_open_counted_branches(
                                               *msgs[1:]])
         assert dict(st.session.rerenders) == {"history_changed": 1, "system_changed": 1}
         assert len(s.trace.leaves()) == 3 and _roots(s) == 2
-        await proxy.finish_session(s.id)
-        assert s.trace.info["tito"]["rerenders"] == {"history_changed": 1,
-                                                     "system_changed": 1}
-        assert s.trace.info["tito_mismatch"] == 0
+        # The trainer's session summary carries the report (computed off the loop).
+        async with aiohttp.ClientSession(headers={
+                "Authorization": f"Bearer {proxy.session_token}"}) as http, \
+                http.get(f"{proxy.url}/sessions/{s.id}") as r:
+            assert r.status == 200
+            summary = await r.json()
+        assert summary["tito_mismatch"] == 0
+        assert summary["tito"]["rerenders"] == {"history_changed": 1, "system_changed": 1}
+        assert summary["tito"]["branches"] == 3
 
 
 async def test_length_cut_turn_gets_a_synthesized_close(
@@ -176,3 +182,26 @@ async def test_malformed_tool_call_is_text_with_a_flag(
         assert _roots(s) == 1
         await proxy.finish_session(s.id)
         assert s.trace.info["tito"]["malformed_tool_calls"] == 1
+
+
+async def test_eval_with_a_tokenizer_reports_tito_mismatch(
+        tok_dirs: dict[str, Path], toks: dict[str, ChatTokenizer], tmp_path: Path) -> None:
+    # `tracewire eval --base-url URL --tokenizer DIR`: the episode's mismatch report lands in
+    # its index row (tito_mismatch) and the eval summary.
+    from tracewire.compose import evaluate
+
+    family = "qwen25"
+    b = PromptBuilder(toks[family])
+    policy = Policy(b, family, turns=1)  # answers in text at once
+    runner, base = await start_fake(Script(ids=[], policy=policy))
+    try:
+        result = await evaluate("arithmetic", model="m", base_url=base + "/v1", n=2,
+                                concurrency=1, out=tmp_path / "run",
+                                tokenizer=str(tok_dirs[family]))
+    finally:
+        await runner.cleanup()
+    assert len(policy.log) >= 2  # every turn went through the token-in endpoint
+    assert result.summary.tito_mismatch == 0
+    rows = result.run.rows()
+    assert [r.tito_mismatch for r in rows] == [0, 0]
+    await result.run.close()

@@ -211,6 +211,10 @@ async def _cleanup(env: Environment, rollout: Rollout, proxy: ProxyLike) -> None
             await finish(rollout.session.id)
         except LookupError:
             pass
+        figures = [t.info["tito_mismatch"] for t in rollout.episode.traces
+                   if isinstance(t.info.get("tito_mismatch"), int)]
+        if figures:  # the index column tito_mismatch reads it from episode.info
+            rollout.episode.info["tito_mismatch"] = sum(figures)
     try:
         proxy.registry.delete(rollout.session.id)
     except LookupError:
