@@ -32,7 +32,7 @@ from ._history import (
 from ._mismatch import Difference, DifferenceKind, MismatchReport, mismatch_report
 from ._parse import ParsedCall, ParsedCompletion, parse_completion
 from ._render import PromptBuilder, Rendered
-from ._session import Plan, TokenSession
+from ._session import BranchTip, Plan, TokenSession
 from ._stream import StreamEvent, StreamParser
 from ._tokenizer import ChatTokenizer, IncrementalDecoder, chat_messages
 
@@ -49,6 +49,7 @@ def __getattr__(name: str) -> object:
     raise AttributeError(name)
 
 __all__ = [
+    "BranchTip",
     "BridgeError",
     "ChatTokenizer",
     "Continuation",

@@ -14,11 +14,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+from numpy.typing import NDArray
+
 from ._errors import BridgeError
 from ._history import Continuation, ConversationIndex, RecordedTurn, RerenderReason, _Buffer
 from ._render import PromptBuilder, Rendered
 
-__all__ = ["Plan", "TokenSession"]
+__all__ = ["BranchTip", "Plan", "TokenSession"]
 
 
 @dataclass(slots=True)
@@ -94,12 +97,15 @@ class TokenSession:
         messages are new, ``base_ids`` the recorded ids of the path the rest ends at
         (``base_sampled``: it ends at the echoed assistant's sampled ids). Bridges from
         those ids verbatim; otherwise re-renders whole with a reason (none for a first
-        turn). Plans made here are not recorded in :attr:`index` (the trace is the record).
+        turn). Plans made here are not recorded in :attr:`index` (the trace is the record);
+        a ``base_ids`` list becomes the plan's buffer (it is extended in place).
         """
         msgs = list(messages)
         new_msgs = msgs[len(msgs) - new:] if new else []
         if base_ids is not None:
-            base = RecordedTurn(_Buffer(list(base_ids)), len(base_ids), ended_by_stop)
+            # A list is taken over, not copied (the caller made it for this turn).
+            buf = _Buffer(base_ids if isinstance(base_ids, list) else list(base_ids))
+            base = RecordedTurn(buf, len(buf.ids), ended_by_stop)
             if not new_msgs and not base_sampled and base.length:
                 plan = Plan(Continuation("same", base), base, None, msgs)
                 plan.point = base
@@ -154,3 +160,48 @@ def _why(msgs: list[dict[str, Any]], new_msgs: list[dict[str, Any]], base_sample
     if first == "system":
         return RerenderReason.SYSTEM_CHANGED
     return RerenderReason.HISTORY_CHANGED
+
+
+class BranchTip:
+    """A session's last served branch as a Python list (prompt + completion ids) with a
+    numpy mirror, lent to the next turn that extends it: behind the proxy each turn gets the
+    matched branch's ids as a numpy array, and converting that to Python ints every turn
+    costs O(tokens) object creation; checking it against the mirror is a memcmp."""
+
+    __slots__ = ("arr", "ids")
+
+    def __init__(self) -> None:
+        self.ids: list[int] | None = None
+        self.arr: NDArray[np.int32] | None = None
+
+    def take(self, base: Sequence[int] | NDArray[np.int32] | None) -> list[int] | None:
+        """A list of ``base``'s ids for the planner to own: the kept list when ``base`` is
+        a prefix of it (the usual next turn, or a fork), else a conversion. The tip is lent
+        out until :meth:`keep` (a concurrent turn of the session converts its own)."""
+        if base is None:
+            return None
+        if not isinstance(base, np.ndarray):
+            return list(base)
+        ids, arr = self.ids, self.arr
+        self.ids = self.arr = None
+        n = len(base)
+        if ids is not None and arr is not None and n <= len(arr) and np.array_equal(
+                arr[:n], base):
+            del ids[n:]  # a fork keeps only the shared prefix
+            return ids
+        out: list[int] = base.tolist()
+        return out
+
+    def keep(self, plan: Plan, base: Sequence[int] | NDArray[np.int32] | None,
+             completion: Sequence[int]) -> None:
+        """After the turn ``plan`` was sent for: its buffer + the ``completion`` ids become
+        the tip (``base``: the array the plan was taken from)."""
+        buf = plan.point.buffer.ids
+        if len(buf) != plan.point.length:
+            return  # not the buffer's tip (cannot happen for plan_on plans; be safe)
+        added = np.asarray([*buf[len(base):], *completion], dtype=np.int32) if (
+            isinstance(base, np.ndarray) and plan.base is not None) else None
+        buf.extend(completion)
+        self.arr = (np.concatenate([base, added]) if added is not None and isinstance(
+            base, np.ndarray) else np.asarray(buf, dtype=np.int32))
+        self.ids = buf

@@ -31,7 +31,6 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-import numpy as np
 import orjson
 
 from ..proxy import StreamChunk, TurnContext, Upstream, UpstreamReply, UpstreamRequest
@@ -51,7 +50,7 @@ from ._history import ConversationIndex
 from ._parse import ParsedCompletion, parse_completion
 from ._render import PromptBuilder
 from ._report import session_report
-from ._session import Plan, TokenSession
+from ._session import BranchTip, Plan, TokenSession
 from ._stream import StreamParser
 from ._tokenizer import ChatTokenizer, IncrementalDecoder
 
@@ -79,6 +78,7 @@ class SessionState:
     re-renders by reason), the tools last sent, and the malformed tool calls returned."""
 
     session: TokenSession
+    tip: BranchTip = field(default_factory=BranchTip)
     tools: Any = None
     malformed: int = 0
     turns: int = 0
@@ -154,10 +154,8 @@ class TokenUpstream(Upstream):
             return self.session.plan(msgs, tools)
         st = self.state(ctx.session_id)
         st.tools = tools
-        base = ctx.base_ids
-        ids = (base.tolist() if isinstance(base, np.ndarray)
-               else None if base is None else list(base))
-        plan = st.session.plan_on(msgs, tools, new=ctx.new_messages, base_ids=ids,
+        plan = st.session.plan_on(msgs, tools, new=ctx.new_messages,
+                                  base_ids=st.tip.take(ctx.base_ids),
                                   base_sampled=ctx.base_sampled,
                                   ended_by_stop=ctx.base_ended_by_stop,
                                   recorded=ctx.recorded, root_role=ctx.root_role)
@@ -200,6 +198,7 @@ class TokenUpstream(Upstream):
         if ctx is not None:
             st = self.state(ctx.session_id)
             st.malformed += len(parsed.malformed)
+            st.tip.keep(plan, ctx.base_ids, gen.ids)
             return  # the proxy's trace records the turn; nothing to index here
         async with self._lock:
             self.session.commit(plan, parsed.as_message(), gen.ids, gen.ended_by_stop)
@@ -356,6 +355,7 @@ class TokenUpstream(Upstream):
         st = self._states.get(session_id)
         if st is None:
             return None
+        st.tip = BranchTip()  # a finished session's ids need not stay in memory
         async with self._lock:
             rep = await asyncio.to_thread(session_report, self.builder, trace, st.tools)
         tito = {**rep, "bridges": st.session.bridges,
