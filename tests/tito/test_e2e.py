@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 from aiohttp import web
 
-from tracewire.compose._tito import make_upstream
+from tracewire.compose import make_upstream
 from tracewire.proxy import Proxy, ProxyConfig, Session
 from tracewire.tito import ChatTokenizer, PromptBuilder, TokenUpstream
 

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from ._evaluate import EvalResult, default_run_dir, evaluate
     from ._options import BACKENDS, Backend, RolloutPlan
     from ._summary import Summary, Tally, pass_at_k
+    from ._tito import make_upstream
 
 # name -> module defining it (PEP 562).
 _LAZY: dict[str, str] = {
@@ -30,6 +31,7 @@ _LAZY: dict[str, str] = {
     "default_run_dir": "._evaluate",
     "env_factory": "._envrunner",
     "evaluate": "._evaluate",
+    "make_upstream": "._tito",
     "pass_at_k": "._summary",
     "rollouts": "._backend",
 }
@@ -45,6 +47,7 @@ __all__ = [
     "default_run_dir",
     "env_factory",
     "evaluate",
+    "make_upstream",
     "pass_at_k",
     "rollouts",
 ]
