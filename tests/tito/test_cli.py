@@ -41,7 +41,7 @@ async def test_proxy_command_with_a_tokenizer(tok_dirs: dict[str, Path],
             model="m", messages=[{"role": "user", "content": "hi"}], tools=TOOLS,  # type: ignore[list-item]
             max_tokens=32)
         await client.close()
-        assert out.choices[0].message.content == "step 0"  # the fake's final answer in this template
+        assert out.choices[0].message.content == "step 0"  # the fake's final answer
         # The prompt went to the token-in endpoint as ids this process can reproduce.
         assert policy.log[0][0] == b.render_full([{"role": "user", "content": "hi"}],
                                                  TOOLS).ids
