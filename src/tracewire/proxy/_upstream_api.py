@@ -24,6 +24,7 @@ import numpy as np
 import orjson
 from numpy.typing import NDArray
 
+from ..trace import Trace
 from ._rawjson import RawSpan
 
 __all__ = ["StreamChunk", "TurnContext", "Upstream", "UpstreamReply", "UpstreamRequest"]
@@ -151,7 +152,7 @@ class Upstream(ABC):
         """Prompt tokens of a chat-completions request dict (``messages``, ``tools``,
         ``model``), as the upstream's chat template renders them."""
 
-    async def session_report(self, session_id: str, trace: Any) -> dict[str, Any] | None:
+    async def session_report(self, session_id: str, trace: Trace) -> dict[str, Any] | None:
         """Facts about a finished session to record in its trace's ``info`` (the
         token-in/token-out mismatch report); None by default. Called off the hot path."""
         return None

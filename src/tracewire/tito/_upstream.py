@@ -34,6 +34,7 @@ import aiohttp
 import orjson
 
 from ..proxy import StreamChunk, TurnContext, Upstream, UpstreamReply, UpstreamRequest
+from ..trace import Trace
 from ._codecs import (
     Generation,
     SamplingParams,
@@ -348,7 +349,7 @@ class TokenUpstream(Upstream):
         return orjson.dumps({"object": "list", "data": [
             {"id": self.model or "model", "object": "model", "owned_by": "tracewire"}]})
 
-    async def session_report(self, session_id: str, trace: Any) -> dict[str, Any] | None:
+    async def session_report(self, session_id: str, trace: Trace) -> dict[str, Any] | None:
         """The session's mismatch report (recorded ids vs a canonical render of each
         branch's conversation, computed in a worker thread) with its bridge and re-render
         counts: ``{"tito_mismatch": N, "tito": {...}}``. None for a session not served."""
