@@ -1,9 +1,13 @@
 """Bench the built-in model: generation speed (engine and over HTTP) and start-up time.
 
-    .venv/bin/python bench/model.py
+    .venv/bin/python bench/model.py             # every case
+    .venv/bin/python bench/model.py token_in    # only the token-in case
 
-Prints one JSON line per figure (bench "model", case "generate"); medians of RUNS runs.
-There is no baseline: nothing we replace ships an embedded model.
+Prints one JSON line per figure (bench "model"); medians of RUNS runs. Case "generate" has
+no baseline: nothing we replace ships an embedded model. Case "token_in" measures
+``/inference/v1/generate`` over loopback HTTP serving a fixture tokenizer directory (the
+two-stage sampler of ``_foreign.py``) against the built-in vocabulary (the baseline) in the
+same run.
 """
 
 from __future__ import annotations
@@ -107,7 +111,55 @@ def in_process_start_s() -> list[float]:
     return [asyncio.run(once()) for _ in range(RUNS)]
 
 
+def token_in_ids_per_s() -> tuple[list[float], list[float]]:
+    """Completion ids per second on ``/inference/v1/generate``: (foreign dir, built-in)."""
+    import asyncio
+    import tempfile
+
+    import aiohttp
+
+    from tracewire.model import ModelServer, render_chat
+    from tracewire.tito import ChatTokenizer
+    from tracewire.tito.fixtures import build_tokenizer_dir
+
+    tok_dir = build_tokenizer_dir(tempfile.mkdtemp(), "qwen25")
+    ct = ChatTokenizer(tok_dir)
+    foreign_prompts = [ct.encode(ct.render([{"role": "user", "content": p}],
+                                           add_generation_prompt=True)) for p in PROMPTS]
+    builtin_prompts = [render_chat([{"role": "user", "content": p}]) for p in PROMPTS]
+
+    async def rate(tokenizer: object, prompts: list[list[int]], run: int) -> float:
+        async with ModelServer(tokenizer=tokenizer) as srv:  # type: ignore[arg-type]
+            root = srv.base_url.removesuffix("/v1")
+            async with aiohttp.ClientSession() as s:
+                n, t0, i = 0, time.perf_counter(), 0
+                while n < 5_000:
+                    body = {"token_ids": prompts[i % len(prompts)],
+                            "sampling_params": {"max_tokens": 512, "seed": run * 1000 + i,
+                                                "logprobs": 0}}
+                    async with s.post(f"{root}/inference/v1/generate", json=body) as r:
+                        n += len((await r.json())["choices"][0]["token_ids"])
+                    i += 1
+                return n / (time.perf_counter() - t0)
+
+    foreign = [asyncio.run(rate(tok_dir, foreign_prompts, r)) for r in range(RUNS)]
+    builtin = [asyncio.run(rate(None, builtin_prompts, r)) for r in range(RUNS)]
+    return foreign, builtin
+
+
 def main() -> None:
+    if sys.argv[1:] != ["token_in"]:
+        generate_cases()
+    foreign, builtin = token_in_ids_per_s()
+    ours, base = statistics.median(foreign), statistics.median(builtin)
+    print(json.dumps({"bench": "model", "case": "token_in", "metric": "ids_per_s",
+                      "unit": "ids/s", "ours": round(ours, 1), "baseline": round(base, 1),
+                      "ratio": round(ours / base, 3), "better": "higher", "runs": RUNS}),
+          flush=True)
+
+
+def generate_cases() -> None:
+    """The "generate" case: engine and HTTP speed, start-up time."""
     emit("tokens_per_s", "tokens/s", engine_tokens_per_s(), "higher")
     emit("http_tokens_per_s", "tokens/s", http_tokens_per_s(), "higher")
     emit("startup_s", "s", startup_s(), "lower")

@@ -25,9 +25,9 @@ from typing import Any
 import numpy as np
 
 from tracewire import Call, Episode, Message, Span
+from tracewire.codec import encode_record
 from tracewire.diagnostics import LoopLagProbe
 from tracewire.store import Run
-from tracewire.store._encode import episode_parts
 
 sys.path.insert(0, str(Path(__file__).parent))
 from persist import TraceM, as_lists, baseline_append
@@ -91,7 +91,7 @@ async def main(runs: int) -> None:
                 await run.close()
                 b_stall.append(await worst(
                     lambda r=r: baseline_append(lists, tmp / f"b{turns}-{r}.jsonl")))
-                o_cpu.append(cpu_ms(lambda: episode_parts(ep, lambda: None)))
+                o_cpu.append(cpu_ms(lambda: encode_record(ep, pause=lambda: None)))
                 b_cpu.append(cpu_ms(lambda: TraceM.model_validate(lists).model_dump_json()))
                 shutil.rmtree(tmp)
                 tmp.mkdir()

@@ -24,10 +24,8 @@ import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import emit, median_ms
-from tracewire.store import Run
-from tracewire.store._schema import insert_sql
+from tracewire.store import COLUMNS, Run
 from tracewire.view import ViewServer
-from tracewire.view._app import SOURCE
 
 N = 100_000
 CASES = {
@@ -46,6 +44,13 @@ CASES = {
 }  # fmt: skip
 
 
+def insert_sql() -> str:
+    """Upsert of one index row in the run's ``index.sqlite`` (table ``episodes``), built from
+    the store's public column list; a bench shortcut that writes no records."""
+    names = ", ".join(f'"{n}"' for n in COLUMNS)
+    return f"INSERT OR REPLACE INTO episodes ({names}) VALUES ({', '.join('?' for _ in COLUMNS)})"
+
+
 def fill(path: Path) -> None:
     rng = random.Random(0)
     rows = [(
@@ -56,7 +61,8 @@ def fill(path: Path) -> None:
         1.0, 1000.0 + i, 0, i * 100, 100, 0, None, None) for i in range(N)]  # fmt: skip
     conn = sqlite3.connect(path / "index.sqlite")
     with conn:
-        conn.executemany(insert_sql(), rows)
+        # Columns added after these rows were written down are left null.
+        conn.executemany(insert_sql(), [r + (None,) * (len(COLUMNS) - len(r)) for r in rows])
     conn.close()
 
 
@@ -74,11 +80,9 @@ async def main(runs: int) -> None:
         run = await Run.create(path, meta={"name": "bench"}, fsync="never")
         fill(path)
         async with run, ViewServer(path) as srv, aiohttp.ClientSession() as s:
-            table = srv.app[SOURCE].index if srv.app else None
-            assert table is not None
-            table._reset()
+            table = srv.source.index
             t0 = time.perf_counter()
-            table.refresh()
+            table.reload()
             emit("view", "index_100k", "table_load_ms", "ms",
                  (time.perf_counter() - t0) * 1e3, None, "lower", 1)
             conn = sqlite3.connect(f"file:{path / 'index.sqlite'}?mode=ro", uri=True)
@@ -89,8 +93,7 @@ async def main(runs: int) -> None:
                     times = []
                     for _ in range(runs):
                         if mode == "cold":
-                            table._orders.clear()
-                            table._sorted.clear()
+                            table.drop_orderings()
                         async with s.get(f"{srv.url}/api/episodes?{qs}&limit=50") as r:
                             assert r.status == 200, await r.text()
                             await r.read()

@@ -12,19 +12,33 @@ the built-in exception it stands in for, so ``except ValueError`` keeps working:
     │   └── CorruptRecordError              a record on disk fails its CRC or framing
     ├── ModelError (RuntimeError)           built-in model: bad request or generation failure
     ├── ProxyError (RuntimeError)           proxy/session server failure
-    │   └── UpstreamError                   the upstream model server failed or answered badly
-    ├── SessionError (LookupError)          unknown, expired or deleted session
+    │   ├── UpstreamError                   the upstream model server failed or answered badly
+    │   │   └── UpstreamShapeError *        token-in reply unusable (logprobs ≠ completion)
+    │   ├── TemplateError (ValueError) *    tokenizer dir or chat template unusable
+    │   ├── BridgeError (ValueError) *      new messages do not extend the recorded ids
+    │   └── TruncatedTurnError (ValueError) * extending a length-cut turn under "refuse"
+    ├── TitoUnavailableError (ImportError) * the tracewire[tito] extra is missing
+    ├── SessionError (LookupError)          unknown, expired or deleted session (``reason``)
     ├── SampleError (ValueError)            samples cannot be assembled
     │   └── HookError                       a user hook raised; names the hook
     ├── EnvError (RuntimeError)             environment cannot be loaded or run
-    │   └── PhaseTimeout (TimeoutError)     a rollout phase ran past its deadline
+    │   ├── PhaseTimeout (TimeoutError)     a rollout phase ran past its deadline
+    │   │   └── ExecTimeout **              a sandboxed command ran past its timeout
+    │   ├── CommandFailed                   a CommandHarness program failed
+    │   └── SandboxError **                 a runtime failed to boot, run, move files, clean up
+    │       ├── RuntimeUnavailable **       the runtime cannot run here (tool, permission)
+    │       └── ResourceLimitExceeded **    a command hit a cpu/memory/process/file limit
     └── ServeError (RuntimeError)           env server / client failure
         ├── BusyError                       server queue full
         ├── WorkerDiedError                 the worker running a request died
         ├── RunTimeout (TimeoutError)       a run exceeded its deadline
         └── ProtocolError (ValueError)      malformed frame or version mismatch
 
-Errors from zmq, aiohttp and sqlite are translated at the boundary with ``raise ... from exc``.
+``*`` are defined in ``tracewire.tito``, ``**`` in ``tracewire.runtime`` (they carry that
+part's data: an exec result, an HTTP status); the rest here. Errors cross process
+boundaries as ``{type, message, reason}`` (``tracewire._wire_errors``) and are rebuilt as
+the same class. Errors from zmq, aiohttp and sqlite are translated at the boundary with
+``raise ... from exc``.
 """
 
 from __future__ import annotations

@@ -50,7 +50,7 @@ def test_demo_is_the_eval_of_guess_with_a_preset() -> None:
 
 
 async def test_unknown_backend_is_refused_before_anything_starts() -> None:
-    assert BACKENDS == ("local",)
+    assert BACKENDS == ("local", "process", "ray")
     with pytest.raises(ValueError, match="unknown backend 'nowhere'"):
         await evaluate("guess", backend="nowhere")  # type: ignore[arg-type]
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tracewire.store import Run
+from tracewire.store import COLUMNS, Run
 from tracewire.trace import Call, Episode, Message, Span, ToolCall, Trace
 
 ENVS = ("arith", "tools")
@@ -129,3 +129,16 @@ def make_fixture_run(path: Path, *, big: int = 0) -> dict[str, Episode]:
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
         pool.submit(asyncio.run, write_run(path, eps)).result()
     return {ep.id: ep for ep in eps}
+
+
+def insert_sql() -> str:
+    """Upsert of one index row with the store's public column list (the index table is
+    ``episodes``): a test shortcut that fills a big index without writing records."""
+    names = ", ".join(f'"{n}"' for n in COLUMNS)
+    return f"INSERT OR REPLACE INTO episodes ({names}) VALUES ({', '.join('?' for _ in COLUMNS)})"
+
+
+def padded(row: tuple[object, ...]) -> tuple[object, ...]:
+    """An index row written for the columns known when the test was written, with any
+    column the store added since left null."""
+    return row + (None,) * (len(COLUMNS) - len(row))

@@ -10,10 +10,9 @@ import aiohttp
 import numpy as np
 
 from tracewire.store import Run
-from tracewire.store._schema import insert_sql
 from tracewire.view import ViewServer
 
-from .builders import long_episode, write_run
+from .builders import insert_sql, long_episode, padded, write_run
 from .test_api import get_json
 
 N_ROWS = 100_000
@@ -38,7 +37,7 @@ async def make_big_index(path: Path) -> tuple[Run, list[tuple[object, ...]]]:
         ))  # fmt: skip
     conn = sqlite3.connect(path / "index.sqlite")
     with conn:
-        conn.executemany(insert_sql(), rows)
+        conn.executemany(insert_sql(), [padded(r) for r in rows])
     conn.close()
     return run, rows
 
@@ -90,7 +89,7 @@ async def test_100k_row_index_pages(tmp_path: Path) -> None:
         # New rows appended while serving show up in the next page.
         conn = sqlite3.connect(tmp_path / "big" / "index.sqlite")
         with conn:
-            conn.execute(insert_sql(), ("late", *rows[0][1:]))
+            conn.execute(insert_sql(), padded(("late", *rows[0][1:])))
         conn.close()
         page = await get_json(s, url + "?sort=arrival&order=desc&limit=1")
         assert page["total"] == N_ROWS + 1 and page["rows"][0]["id"] == "late"

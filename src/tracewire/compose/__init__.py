@@ -15,13 +15,15 @@ if TYPE_CHECKING:
     from ._backend import Rollouts, rollouts
     from ._envrunner import env_factory
     from ._evaluate import EvalResult, default_run_dir, evaluate
-    from ._options import BACKENDS, Backend, RolloutPlan
+    from ._options import BACKENDS, RUNTIMES, Backend, RolloutPlan
+    from ._runtime import runtime_factory, with_runtime
     from ._summary import Summary, Tally, pass_at_k
     from ._tito import make_upstream
 
 # name -> module defining it (PEP 562).
 _LAZY: dict[str, str] = {
     "BACKENDS": "._options",
+    "RUNTIMES": "._options",
     "Backend": "._options",
     "EvalResult": "._evaluate",
     "RolloutPlan": "._options",
@@ -34,10 +36,13 @@ _LAZY: dict[str, str] = {
     "make_upstream": "._tito",
     "pass_at_k": "._summary",
     "rollouts": "._backend",
+    "runtime_factory": "._runtime",
+    "with_runtime": "._runtime",
 }
 
 __all__ = [
     "BACKENDS",
+    "RUNTIMES",
     "Backend",
     "EvalResult",
     "RolloutPlan",
@@ -50,6 +55,8 @@ __all__ = [
     "make_upstream",
     "pass_at_k",
     "rollouts",
+    "runtime_factory",
+    "with_runtime",
 ]
 
 

@@ -2,14 +2,16 @@
 
 ``local`` (the default) runs every rollout in this process: the model server (given, or
 the built-in one started here), one interception proxy, and ``tracewire.env.run_rollout``
-per task, each episode journaled while in flight and appended when it ends. Another
-backend (an env server, a cluster) implements :class:`Rollouts` and is added to
-``Backend``/``BACKENDS`` (``_options``) and to :func:`rollouts`.
+per task, each episode journaled while in flight and appended when it ends. ``process``
+and ``ray`` send each rollout to an env server's workers (``_backend_serve``). Another
+backend implements :class:`Rollouts` and is added to ``Backend``/``BACKENDS``
+(``_options``) and to :func:`rollouts`.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections.abc import AsyncIterator
 from typing import Protocol
 
@@ -17,11 +19,11 @@ from ..env import Environment, Task, close_http_client, http_client, run_rollout
 from ..proxy import Proxy, ProxyConfig
 from ..store import Run
 from ..trace import Episode
-from ._options import BACKENDS, Backend, RolloutPlan
+from ._options import BACKENDS, Backend, RolloutPlan, ServePlan
 from ._tito import make_upstream
 from ._upstream import model_server
 
-__all__ = ["BACKENDS", "Backend", "RolloutPlan", "Rollouts", "rollouts"]
+__all__ = ["BACKENDS", "Backend", "RolloutPlan", "Rollouts", "ServePlan", "rollouts"]
 
 class Rollouts(Protocol):
     """A started backend: runs one rollout at a time per call, many calls at once."""
@@ -83,9 +85,16 @@ async def local_rollouts(env: Environment, plan: RolloutPlan) -> AsyncIterator[L
 
 
 def rollouts(
-    backend: Backend, env: Environment, plan: RolloutPlan
+    backend: Backend, env: Environment, plan: RolloutPlan, serve: ServePlan | None = None
 ) -> contextlib.AbstractAsyncContextManager[Rollouts]:
-    """Start the ``backend`` for ``env`` (``ValueError`` for an unknown one)."""
+    """Start the ``backend`` for ``env`` (``ValueError`` for an unknown one); ``serve``
+    sets up the env-server backends (``process``, ``ray``)."""
     if backend == "local":
         return local_rollouts(env, plan)
+    if backend in ("process", "ray"):
+        # Imported here: the serve part (and its ZMQ) only when an env server is used.
+        from ._backend_serve import serve_rollouts
+
+        serve = dataclasses.replace(serve or ServePlan(), backend=backend)
+        return serve_rollouts(env, plan, serve)
     raise ValueError(f"unknown backend {backend!r} (known: {', '.join(BACKENDS)})")

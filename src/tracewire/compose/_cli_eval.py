@@ -9,7 +9,7 @@ import sys
 
 from .._errors import TracewireError
 from ..env import load_environment
-from ._options import BACKENDS, UPSTREAM_APIS
+from ._options import BACKENDS, RUNTIMES, UPSTREAM_APIS
 
 HELP = "Run an environment's tasks × rollouts through the proxy and store the run."
 
@@ -35,7 +35,22 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-c", "--concurrency", type=int, default=8,
                         help="rollouts in flight (default: 8)")
     parser.add_argument("--backend", choices=BACKENDS, default="local",
-                        help="where the rollouts run (default: local, in this process)")
+                        help="where the rollouts run: local (this process, the default), "
+                             "process (env-server worker processes) or ray (Ray actors)")
+    parser.add_argument("--workers", type=int, default=2,
+                        help="env-server workers, with --backend process/ray (default: 2)")
+    parser.add_argument("--ray-address", default=None,
+                        help="Ray cluster to join with --backend ray: auto, ray://host:port "
+                             "(default: this machine's instance, or a new one)")
+    parser.add_argument("--worker-cpus", type=float, default=1.0,
+                        help="CPUs each Ray worker actor asks for (default: 1)")
+    parser.add_argument("--worker-resources", default=None, metavar="JSON",
+                        help='custom Ray resources per worker, e.g. \'{"env_node": 1}\'')
+    parser.add_argument("--runtime", choices=RUNTIMES, default=None,
+                        help="where a command harness's agent runs: local (a host "
+                             "subprocess, unsafe for untrusted agents), bwrap (a sandbox "
+                             "whose only way out is its proxy session) or docker "
+                             "(default: the environment's choice, else a host subprocess)")
     parser.add_argument("--out", help="run directory (default: runs/<env>-<timestamp>)")
     parser.add_argument("--resume", action="store_true",
                         help="continue the run in --out, skipping finished (task, rollout) pairs")
@@ -48,6 +63,25 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--upstream-api", choices=UPSTREAM_APIS, default="completions",
                         help="token-in endpoint with --tokenizer (default: completions)")
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+
+
+def _resources(text: str | None) -> dict[str, float] | None:
+    if text is None:
+        return None
+    import msgspec
+
+    try:
+        return msgspec.json.decode(text, type=dict[str, float])
+    except msgspec.DecodeError as exc:
+        raise ValueError(f"--worker-resources is not a JSON object of numbers: {exc}") from exc
+
+
+def _join_ray(args: argparse.Namespace) -> None:
+    # Ray wants to be joined from the main thread and blocks for seconds doing it: done
+    # here, before the event loop runs; the eval's pool then finds Ray initialised.
+    from ..serve import make_pool
+
+    make_pool("ray", ray_address=args.ray_address).prepare()
 
 
 def _fail(reason: str) -> int:
@@ -87,7 +121,11 @@ async def run_cli(args: argparse.Namespace) -> tuple[int, str | None]:
             env, model=args.model, base_url=args.base_url, api_key=args.api_key, n=args.n,
             r=args.r, concurrency=args.concurrency, out=args.out, resume=args.resume,
             seed=args.seed, temperature=args.temperature, max_tokens=args.max_tokens,
-            max_model_len=args.max_model_len, backend=args.backend, stop=stop,
+            max_model_len=args.max_model_len, backend=args.backend, workers=args.workers,
+            ray_address=args.ray_address, worker_cpus=args.worker_cpus,
+            worker_resources=_resources(getattr(args, "worker_resources", None)),
+            runtime=args.runtime,
+            stop=stop,
             total_hint=set_total, tokenizer=args.tokenizer, upstream_api=args.upstream_api,
             on_episode=lambda _e, tally: bar.update(tally) if bar is not None else None,
         )
@@ -111,5 +149,10 @@ async def run_cli(args: argparse.Namespace) -> tuple[int, str | None]:
 
 def run(args: argparse.Namespace) -> int:
     """Entry point of ``tracewire eval``."""
+    if getattr(args, "backend", "local") == "ray":
+        try:
+            _join_ray(args)
+        except TracewireError as exc:
+            return _fail(str(exc))
     code, _ = asyncio.run(run_cli(args))
     return code

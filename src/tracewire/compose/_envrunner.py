@@ -19,6 +19,7 @@ from ..model import MAX_MODEL_LEN, MODEL_NAME, ModelServer
 from ..proxy import Proxy, ProxyConfig
 from ..serve import Runner
 from ..trace import Episode
+from ._runtime import with_runtime
 from ._tito import make_upstream
 
 __all__ = ["env_factory"]
@@ -27,9 +28,11 @@ __all__ = ["env_factory"]
 @contextlib.asynccontextmanager
 async def env_factory(env: str, options: dict[str, Any]) -> AsyncIterator[Runner]:
     """Yield a runner for environment ``env``; options ``base_url`` (with ``model``),
-    ``timeouts`` (a dict of phase deadlines), ``max_model_len`` (built-in model), and
+    ``timeouts`` (a dict of phase deadlines), ``max_model_len`` (built-in model),
+    ``runtime`` (where a command harness's agent runs: ``local``, ``bwrap``, ``docker``) and
     ``tokenizer``/``upstream_api`` (token-in/token-out)."""
-    environment = load_environment(env)
+    runtime = options.get("runtime")
+    environment = with_runtime(load_environment(env), str(runtime) if runtime else None)
     raw = options.get("timeouts")
     timeouts = Timeouts(**raw) if isinstance(raw, dict) else None
     model = str(options.get("model") or MODEL_NAME)

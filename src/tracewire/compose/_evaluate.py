@@ -12,18 +12,19 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from .._errors import EnvError
 from ..diagnostics import LoopLagProbe
-from ..env import Environment, Task, Timeouts, load_environment
+from ..env import Environment, RuntimeFactory, Task, Timeouts, load_environment
 from ..store import Run, open_run
 from ..trace import Episode
 from ._backend import Rollouts, rollouts
-from ._options import Backend, RolloutPlan
+from ._options import Backend, RolloutPlan, ServePlan
+from ._runtime import with_runtime
 from ._summary import Summary, Tally
 
 __all__ = ["EvalResult", "default_run_dir", "evaluate"]
@@ -98,6 +99,11 @@ async def evaluate(
     max_model_len: int | None = None,
     timeouts: Timeouts | None = None,
     backend: Backend = "local",
+    runtime: str | RuntimeFactory | None = None,
+    workers: int = 2,
+    ray_address: str | None = None,
+    worker_cpus: float = 1.0,
+    worker_resources: Mapping[str, float] | None = None,
     stop: asyncio.Event | None = None,
     on_episode: EpisodeCallback | None = None,
     total_hint: TotalHint | None = None,
@@ -114,15 +120,24 @@ async def evaluate(
     Setting ``stop`` ends the eval early (status ``interrupted``, finished episodes kept).
     ``on_episode`` sees each stored episode with the running tally; ``total_hint`` gets the
     number of rollouts to run once it is known. ``timeouts`` replaces the environment's
-    phase deadlines; ``backend`` picks where the rollouts run (``local``: this process).
+    phase deadlines; ``backend`` picks where the rollouts run (``local``: this process;
+    ``process``/``ray``: ``workers`` env-server workers, local processes or Ray actors of
+    ``worker_cpus`` CPUs and ``worker_resources`` each, on the cluster at ``ray_address``).
+    ``runtime`` (``local``, ``bwrap``, ``docker`` or a factory) is where a command
+    harness's agent program runs, overriding the environment's choice.
     ``tokenizer`` (a local tokenizer directory) serves the proxy token-in/token-out over
     ``base_url``'s ``upstream_api`` endpoint instead of the chat pass-through.
     """
-    if r < 1 or concurrency < 1 or (n is not None and n < 0):
-        raise ValueError("need r >= 1, concurrency >= 1 and n >= 0")
+    if r < 1 or concurrency < 1 or workers < 1 or (n is not None and n < 0):
+        raise ValueError("need r >= 1, concurrency >= 1, workers >= 1 and n >= 0")
     if resume and out is None:
         raise EnvError("--resume needs --out (the run directory to continue)")
-    env = load_environment(env)
+    # Env-server workers load the environment themselves, by the name it was given as.
+    serve = ServePlan(workers=workers, concurrency=concurrency,
+                      env_ref=env if isinstance(env, str) else None, ray_address=ray_address,
+                      worker_cpus=worker_cpus, worker_resources=worker_resources,
+                      runtime=runtime if isinstance(runtime, str) else None)
+    env = with_runtime(load_environment(env), runtime)
     out_path = Path(out) if out is not None else default_run_dir(env.name)
     sampling: dict[str, Any] = {}
     if temperature is not None:
@@ -137,11 +152,12 @@ async def evaluate(
     lag: float | None = None
     busy: float | None = None
     skipped = [0]
-    async with rollouts(backend, env, plan) as backend_:
+    async with rollouts(backend, env, plan, serve) as backend_:
         meta = {
             "env": env.name, "model": backend_.model, "upstream": backend_.upstream, "n": n,
+            "runtime": _runtime_name(env),
             "r": r, "seed": seed, "sampling": {**env.sampling, **sampling},
-            "concurrency": concurrency,
+            "concurrency": concurrency, "backend": backend,
         }
         run = await _open_run(out_path, resume, meta)
         run_key = str(run.meta.get("name") or out_path.name)
@@ -175,6 +191,15 @@ async def evaluate(
     if tally.n and tally.calls_ok == 0 and tally.first_error is not None:
         reason = f"no rollout got a model answer (first error: {tally.first_error})"
     return EvalResult(run=reader, summary=summary, status=status, reason=reason)
+
+
+def _runtime_name(env: Environment) -> str | None:
+    # Recorded in the run's meta: the runtime's name, or a custom factory's own name.
+    chosen = getattr(env.harness, "runtime", None)
+    if chosen is None or isinstance(chosen, str):
+        return chosen
+    name = getattr(chosen, "name", None) or getattr(chosen, "__qualname__", None)
+    return str(name or type(chosen).__name__)
 
 
 async def _drive(

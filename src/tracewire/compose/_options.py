@@ -12,12 +12,16 @@ from typing import Any, Literal
 
 from ..env import Timeouts
 
-__all__ = ["BACKENDS", "UPSTREAM_APIS", "Backend", "RolloutPlan"]
+__all__ = ["BACKENDS", "RUNTIMES", "UPSTREAM_APIS", "Backend", "RolloutPlan", "ServePlan"]
 
-#: Where an eval's rollouts run: ``local`` is this process.
-Backend = Literal["local"]
+#: Where an eval's rollouts run: ``local`` is this process; ``process`` and ``ray`` are the
+#: workers of an env server (local worker processes, or Ray actors on a cluster).
+Backend = Literal["local", "process", "ray"]
 #: Every :data:`Backend`, for the command line's choices.
-BACKENDS: tuple[Backend, ...] = ("local",)
+BACKENDS: tuple[Backend, ...] = ("local", "process", "ray")
+#: Where a command harness's agent runs (``tracewire eval --runtime``); resolved by
+#: ``_runtime.runtime_factory``, which imports the runtime part.
+RUNTIMES = ("local", "bwrap", "docker")
 #: Token-in endpoints ``--upstream-api`` accepts (the values of ``tito.codecs.UpstreamApi``).
 UPSTREAM_APIS = ("completions", "generate", "sglang")
 
@@ -37,3 +41,21 @@ class RolloutPlan:
     #: (see ``ProxyConfig.tokenizer``); None keeps the chat pass-through.
     tokenizer: str | None = None
     upstream_api: str = "completions"
+
+
+@dataclass(frozen=True)
+class ServePlan:
+    """How an env-server backend (``process``, ``ray``) runs: its workers, where Ray is,
+    and the environment reference workers load (default: the environment's name)."""
+
+    backend: str = "process"
+    workers: int = 2
+    concurrency: int = 8
+    env_ref: str | None = None
+    ray_address: str | None = None
+    worker_cpus: float = 1.0
+    worker_resources: Mapping[str, float] | None = None
+    #: Where a command harness's agent runs in the workers (a runtime name), or None.
+    runtime: str | None = None
+    #: A worker pool built (and, for Ray, prepared) by the caller; overrides the above.
+    pool: Any = None

@@ -13,6 +13,16 @@ from ._context import Rollout, assistant_texts, close_http_client, final_text, h
 from ._harness import Harness
 from ._load import BUNDLED, load_environment
 from ._rollout import PHASES, run_rollout
+from ._runtime import (
+    EndpointLike,
+    ExecResultLike,
+    PhaseHook,
+    PlaceLike,
+    PresetLike,
+    RuntimeFactory,
+    RuntimeLike,
+    runtime_of,
+)
 from ._schema import tool_schema
 from ._session import ProxyLike, SessionLike, SessionsLike
 from ._tools import ToolsHarness, UnknownTool
@@ -23,11 +33,18 @@ __all__ = [
     "ChatHarness",
     "CommandFailed",
     "CommandHarness",
+    "EndpointLike",
     "Environment",
+    "ExecResultLike",
     "Harness",
     "Messages",
+    "PhaseHook",
+    "PlaceLike",
+    "PresetLike",
     "ProxyLike",
     "Rollout",
+    "RuntimeFactory",
+    "RuntimeLike",
     "Scorer",
     "SessionLike",
     "SessionsLike",
@@ -41,5 +58,6 @@ __all__ = [
     "http_client",
     "load_environment",
     "run_rollout",
+    "runtime_of",
     "tool_schema",
 ]

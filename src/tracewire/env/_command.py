@@ -1,32 +1,48 @@
-"""The ``command`` harness: any subprocess as the agent, pointed at its proxy session.
+"""The ``command`` harness: any program as the agent, pointed at its proxy session.
 
 The program gets ``OPENAI_BASE_URL``/``OPENAI_API_KEY`` and ``ANTHROPIC_BASE_URL``/
 ``ANTHROPIC_API_KEY`` for its session (plus ``TRACEWIRE_MODEL``, ``TRACEWIRE_TASK_FILE``,
 ``TRACEWIRE_TASK_KEY``, ``TRACEWIRE_SESSION``), the task on stdin and/or as a JSON file, and
 its own process group so a deadline kills it and everything it started. Its exit code and
-the tails of stdout/stderr are recorded in ``trace.info["command"]``; a non-zero exit is an
-agent error.
+the tails of stdout/stderr are recorded in ``trace.info["command"]`` (also when it is
+stopped early: what it printed so far); a non-zero exit is an agent error.
+
+Without ``runtime`` the program is a host subprocess (unsafe for untrusted agents). With
+one (a :data:`RuntimeFactory`, or a name the composition root resolves: ``local``,
+``bwrap``, ``docker``) it runs there: the runtime boots in the boot phase, its workdir
+holds the task files, ``rollout.runtime`` lets finalize hooks (and :func:`runtime_of`,
+scoring functions) run commands in it, and it is closed at cleanup on every path out.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import json
 import os
 import shutil
 import signal
 import sys
 import tempfile
+import time
 from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
 from typing import Any, Literal
 
 from .._errors import EnvError
-from ..trace import StopReason
-from ._api import Task
+from ..trace import Span, StopReason, Trace
 from ._context import Rollout
 from ._harness import Harness
+from ._runtime import (
+    PresetLike,
+    RuntimeFactory,
+    RuntimeLike,
+    register,
+    unregister,
+)
+from ._task import Task
 
 __all__ = ["CommandFailed", "CommandHarness"]
 
@@ -34,6 +50,8 @@ __all__ = ["CommandFailed", "CommandHarness"]
 OUTPUT_TAIL = 64 * 1024
 _KILL_GRACE_S = 2.0
 PIPE, DEVNULL = asyncio.subprocess.PIPE, asyncio.subprocess.DEVNULL
+#: Task-file contents: a mapping of relative paths to text or bytes.
+Files = Mapping[str, "str | bytes"]
 
 
 class CommandFailed(EnvError):
@@ -44,16 +62,22 @@ def _default_input(task: Task) -> str:
     return json.dumps({"key": task.key, **task.data}, ensure_ascii=False)
 
 
-async def _drain(stream: asyncio.StreamReader | None, limit: int) -> bytes:
-    """Read a stream to its end, keeping only the last ``limit`` bytes."""
-    if stream is None:
-        return b""
-    buf = bytearray()
-    while chunk := await stream.read(65536):
-        buf += chunk
-        if len(buf) > 2 * limit:
-            del buf[: len(buf) - limit]
-    return bytes(buf[-limit:])
+class _Tail:
+    """The last ``OUTPUT_TAIL`` bytes of a stream, readable while it is still being read."""
+
+    def __init__(self) -> None:
+        self.buf = bytearray()
+
+    async def drain(self, stream: asyncio.StreamReader | None) -> None:
+        if stream is None:
+            return
+        while chunk := await stream.read(65536):
+            self.buf += chunk
+            if len(self.buf) > 2 * OUTPUT_TAIL:
+                del self.buf[: len(self.buf) - OUTPUT_TAIL]
+
+    def text(self) -> str:
+        return bytes(self.buf[-OUTPUT_TAIL:]).decode("utf-8", "replace")
 
 
 def _kill_group(proc: asyncio.subprocess.Process, sig: int) -> None:
@@ -61,12 +85,53 @@ def _kill_group(proc: asyncio.subprocess.Process, sig: int) -> None:
         os.killpg(proc.pid, sig)
 
 
+def _write_files(root: Path, files: Files) -> None:
+    for name, data in files.items():
+        rel = PurePosixPath(name)
+        if rel.is_absolute() or ".." in rel.parts or not rel.parts:
+            raise EnvError(f"task file path must be relative, without '..': {name!r}")
+        path = root.joinpath(*rel.parts)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(data, str):
+            path.write_text(data, "utf-8")
+        else:
+            path.write_bytes(data)
+
+
+@dataclass(frozen=True)
+class _Urls:
+    base_url: str
+    anthropic_base_url: str
+
+
+@dataclass(frozen=True)
+class _HostPlace:
+    """Where a host subprocess runs, for filling in a preset's templates."""
+
+    workdir: str
+    agent_endpoint: _Urls
+
+
+def _phase_hook(trace: Trace) -> Callable[[str, float, float], None]:
+    """Record a runtime's boot and close as ``runtime_boot``/``runtime_close`` spans."""
+
+    def hook(phase: str, started: float, ended: float) -> None:
+        if phase in ("boot", "close"):
+            offset = time.time() - time.monotonic()
+            trace.timing[f"runtime_{phase}"] = Span(start=started + offset, end=ended + offset)
+
+    return hook
+
+
 class CommandHarness(Harness):
-    """Run ``argv`` (a list, or ``argv(task)``) as the agent; ``{python}`` in it becomes the
-    current interpreter, ``{task_file}`` the task file path.
+    """Run ``argv`` (a list, or ``argv(task)``) as the agent; in it ``{python}`` becomes the
+    current interpreter, ``{task_file}`` the task file's path and ``{workdir}`` the workdir
+    (both as the program sees them).
 
     ``input`` chooses how the task reaches the program: ``stdin``, ``file`` or ``both``;
-    ``task_input(task)`` makes the text (default: the task row as JSON).
+    ``task_input(task)`` makes the text (default: the task row as JSON). ``files(task)``
+    adds files to the workdir. ``runtime``: where the program runs (see the module doc);
+    with one, ``cwd`` is relative to its workdir. Use :meth:`from_preset` for a known CLI.
     """
 
     kind = "command"
@@ -74,38 +139,126 @@ class CommandHarness(Harness):
 
     def __init__(
         self,
-        argv: Sequence[str] | Callable[[Task], Sequence[str]],
+        argv: Sequence[str] | Callable[[Task], Sequence[str]] = (),
         *,
         input: Literal["stdin", "file", "both"] = "both",
         task_input: Callable[[Task], str] = _default_input,
         env: Mapping[str, str] | None = None,
         cwd: str | os.PathLike[str] | None = None,
+        files: Callable[[Task], Files] | None = None,
+        runtime: RuntimeFactory | str | None = None,
+        preset: Callable[[Task], PresetLike] | None = None,
     ) -> None:
         self.argv = argv
         self.input = input
         self.task_input = task_input
         self.env = dict(env or {})
         self.cwd = cwd
+        self.files = files
+        self.runtime = runtime
+        self.preset = preset
+
+    @classmethod
+    def from_preset(
+        cls, preset: Callable[[Task], PresetLike], *, input: Literal["stdin", "file", "both"]
+        = "file", **kwargs: Any,
+    ) -> CommandHarness:
+        """A harness running the agent CLI that ``preset(task)`` configures (e.g. a
+        ``tracewire.runtime.claude_code(...)`` for the task's prompt); the task file is in
+        the workdir, stdin is empty (``-p``-style CLIs would read it as more prompt)."""
+        return cls(input=input, preset=preset, **kwargs)
+
+    def with_runtime(self, runtime: RuntimeFactory | str | None) -> CommandHarness:
+        """A copy of this harness running its program in ``runtime``."""
+        other = copy.copy(self)
+        other.runtime = runtime
+        return other
+
+    # -- boot / cleanup ----------------------------------------------------------------
+    def _factory(self) -> RuntimeFactory | None:
+        if isinstance(self.runtime, str):
+            raise EnvError(
+                f"runtime {self.runtime!r} is a name: run through tracewire.evaluate or "
+                "`tracewire eval` (which resolve it), or pass a factory such as "
+                f"tracewire.compose.runtime_factory({self.runtime!r})")
+        return self.runtime
 
     async def boot(self, rollout: Rollout) -> None:
-        """Make the rollout's scratch directory and write the task file there."""
-        workdir = Path(await asyncio.to_thread(tempfile.mkdtemp, prefix="tracewire-cmd-"))
-        rollout.workdir = workdir
+        """Make the workdir (a scratch directory, or the runtime's) and put the task file,
+        the task's files and the preset's config files there."""
         text = self.task_input(rollout.task)
         rollout.state["task_input"] = text
+        files: dict[str, str | bytes] = {}
         if self.input in ("file", "both"):
-            await asyncio.to_thread((workdir / "task.json").write_text, text, "utf-8")
+            files["task.json"] = text
+        if self.files is not None:
+            files.update(await asyncio.to_thread(self.files, rollout.task))
+        factory = self._factory()
+        if factory is None:
+            workdir = Path(await asyncio.to_thread(tempfile.mkdtemp, prefix="tracewire-cmd-"))
+            rollout.workdir = workdir
+            s = rollout.session
+            place: Any = _HostPlace(str(workdir), _Urls(s.base_url, s.anthropic_base_url))
+        else:
+            rt = factory(rollout.session, _phase_hook(rollout.trace))
+            rollout.runtime = rt
+            register(rollout.trace, rt)
+            await rt.boot()
+            rollout.workdir = rt.host_workdir()
+            place = rt
+        if self.preset is not None:
+            preset = self.preset(rollout.task)
+            missing = preset.missing()
+            if missing:
+                raise EnvError(f"{preset.name}: {', '.join(missing)} not installed")
+            argv, env, extra = preset.render(place, rollout.model)
+            rollout.state["preset"] = (preset.name, argv, env)
+            files.update(extra)
+        if factory is None:
+            await asyncio.to_thread(_write_files, rollout.workdir, files)
+        else:
+            await rt.put_files(files)
 
     async def cleanup(self, rollout: Rollout) -> None:
-        """Remove the scratch directory."""
-        if rollout.workdir is not None:
+        """Close the runtime (or remove the scratch directory)."""
+        rt = rollout.runtime
+        if rt is not None:
+            unregister(rollout.trace)
+            await rt.close()
+        elif rollout.workdir is not None:
             await asyncio.to_thread(shutil.rmtree, rollout.workdir, True)
 
+    # -- the command -------------------------------------------------------------------
+    def _workdir_seen(self, rollout: Rollout) -> str:
+        if rollout.runtime is not None:
+            return rollout.runtime.workdir
+        return str(rollout.workdir) if rollout.workdir is not None else ""
+
     def _argv(self, rollout: Rollout) -> list[str]:
+        preset = rollout.state.get("preset")
+        if preset is not None:
+            return list(preset[1])
         raw = self.argv(rollout.task) if callable(self.argv) else self.argv
-        task_file = str(rollout.workdir / "task.json") if rollout.workdir else ""
+        workdir = self._workdir_seen(rollout)
+        task_file = f"{workdir}/task.json" if workdir else ""
         return [a.replace("{python}", sys.executable).replace("{task_file}", task_file)
-                for a in raw]
+                .replace("{workdir}", workdir) for a in raw]
+
+    def _own_env(self, rollout: Rollout) -> dict[str, str]:
+        """The harness's variables (the session's come from the runtime, or are added for
+        a host subprocess)."""
+        environ = {
+            "TRACEWIRE_MODEL": rollout.model,
+            "TRACEWIRE_TASK_KEY": rollout.task.key,
+            "TRACEWIRE_SAMPLING": json.dumps(rollout.sampling),
+        }
+        if self.input in ("file", "both") and self._workdir_seen(rollout):
+            environ["TRACEWIRE_TASK_FILE"] = f"{self._workdir_seen(rollout)}/task.json"
+        environ.update(self.env)
+        preset = rollout.state.get("preset")
+        if preset is not None:
+            environ.update(preset[2])
+        return environ
 
     def _environ(self, rollout: Rollout) -> dict[str, str]:
         s = rollout.session
@@ -116,20 +269,15 @@ class CommandHarness(Harness):
             OPENAI_API_KEY=s.secret,
             ANTHROPIC_BASE_URL=s.anthropic_base_url,
             ANTHROPIC_API_KEY=s.secret,
-            TRACEWIRE_MODEL=rollout.model,
-            TRACEWIRE_TASK_KEY=rollout.task.key,
             TRACEWIRE_SESSION=s.id,
-            TRACEWIRE_SAMPLING=json.dumps(rollout.sampling),
         )
-        if rollout.workdir is not None and self.input in ("file", "both"):
-            environ["TRACEWIRE_TASK_FILE"] = str(rollout.workdir / "task.json")
-        environ.update(self.env)
+        environ.update(self._own_env(rollout))
         return environ
 
     async def spawn(
         self, rollout: Rollout, argv: list[str], environ: dict[str, str]
     ) -> asyncio.subprocess.Process:
-        """Start the agent program (the one place it is started: override to run it
+        """Start the agent as a host subprocess (without a runtime; override to run it
         elsewhere); stdout and stderr are pipes, stdin a pipe unless ``input="file"``."""
         try:
             return await asyncio.create_subprocess_exec(
@@ -159,35 +307,78 @@ class CommandHarness(Harness):
         if not argv:
             raise EnvError("command harness: empty argv")
         info: dict[str, Any] = {"argv": argv}
+        preset = rollout.state.get("preset")
+        if preset is not None:
+            info["preset"] = preset[0]
         rollout.trace.info["command"] = info
-        proc = await self.spawn(rollout, argv, self._environ(rollout))
-        info["pid"] = proc.pid
-        rollout.trace.notify()
-        out_task = asyncio.create_task(_drain(proc.stdout, OUTPUT_TAIL))
-        err_task = asyncio.create_task(_drain(proc.stderr, OUTPUT_TAIL))
-        try:
-            if proc.stdin is not None:
-                text = rollout.state.get("task_input") or self.task_input(rollout.task)
-                with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-                    proc.stdin.write(text.encode())
-                    await proc.stdin.drain()
-                proc.stdin.close()
-            code = await proc.wait()
-            stdout, stderr = await asyncio.gather(out_task, err_task)
-        except BaseException:
-            await self.terminate(proc)
-            info["killed"] = True
-            out_task.cancel()
-            err_task.cancel()
-            raise
-        finally:
-            if proc.returncode is None:
-                _kill_group(proc, signal.SIGKILL)
-        info["exit_code"] = code
-        info["stdout"] = stdout.decode("utf-8", "replace")
-        info["stderr"] = stderr.decode("utf-8", "replace")
+        if rollout.runtime is not None:
+            await self._run_in(rollout.runtime, rollout, argv, info)
+        else:
+            await self._run_host(rollout, argv, info)
         rollout.state["stdout"] = info["stdout"]
+        code = info["exit_code"]
         if code != 0:
             last = info["stderr"].strip().splitlines()[-1:] or [""]
             raise CommandFailed(f"exit code {code}: {last[0][:500]}".rstrip(": "))
         rollout.stop(StopReason.DONE)
+
+    def _stdin(self, rollout: Rollout) -> str | None:
+        if self.input == "file":
+            return None
+        text: str = rollout.state.get("task_input") or self.task_input(rollout.task)
+        return text
+
+    async def _run_in(self, rt: RuntimeLike, rollout: Rollout, argv: list[str],
+                      info: dict[str, Any]) -> None:
+        info["runtime"] = rt.name
+        rollout.trace.notify()
+        cwd = None if self.cwd is None else os.fspath(self.cwd)
+        try:
+            res = await rt.exec(argv, env=self._own_env(rollout), cwd=cwd,
+                                stdin=self._stdin(rollout))
+        except BaseException:
+            # Cancelled (the agent deadline) or failed: keep what it printed so far.
+            info["killed"] = True
+            last = rt.last_result
+            if last is not None:
+                info.update(exit_code=last.exit_code, stdout=_text(last.stdout),
+                            stderr=_text(last.stderr))
+            raise
+        info.update(exit_code=res.exit_code, stdout=_text(res.stdout),
+                    stderr=_text(res.stderr), duration_s=round(res.duration_s, 4))
+        if res.limit is not None:
+            info["limit"] = res.limit
+            err = res.error()
+            raise err if err is not None else CommandFailed(f"stopped by the {res.limit} limit")
+
+    async def _run_host(self, rollout: Rollout, argv: list[str], info: dict[str, Any]) -> None:
+        proc = await self.spawn(rollout, argv, self._environ(rollout))
+        info["pid"] = proc.pid
+        rollout.trace.notify()
+        out, err = _Tail(), _Tail()
+        readers = asyncio.gather(out.drain(proc.stdout), err.drain(proc.stderr))
+        try:
+            text = self._stdin(rollout)
+            if proc.stdin is not None:
+                with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                    proc.stdin.write((text or "").encode())
+                    await proc.stdin.drain()
+                proc.stdin.close()
+            info["exit_code"] = await proc.wait()
+            await readers
+        except BaseException:
+            await self.terminate(proc)
+            info["killed"] = True
+            # The group is gone, so the pipes reach EOF; read what is left, briefly.
+            with contextlib.suppress(BaseException):
+                await asyncio.wait_for(asyncio.shield(readers), 1.0)
+            readers.cancel()
+            raise
+        finally:
+            if proc.returncode is None:
+                _kill_group(proc, signal.SIGKILL)
+            info["stdout"], info["stderr"] = out.text(), err.text()
+
+
+def _text(data: bytes) -> str:
+    return data.decode("utf-8", "replace")

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..trace import Episode, Trace
+from ._runtime import RuntimeLike
 from ._session import SessionLike
 from ._task import Task
 
@@ -101,6 +102,8 @@ class Rollout:
         self.sampling = sampling
         self.state: dict[str, Any] = {}
         self.workdir: Path | None = None
+        #: Where a command harness runs its program (None: a host subprocess, or no program).
+        self.runtime: RuntimeLike | None = None
         self.stop_reason: str | None = None
         self._client: AsyncOpenAI | None = None
         #: Shared HTTP client for the SDK (set during boot by the rollout runner).

@@ -6,6 +6,7 @@ and vLLM's token-id fields. It is not a useful assistant. See ``src/tracewire/mo
 """
 
 from ._engine import Engine, Generation, SamplingParams, get_engine
+from ._foreign import ForeignModel, ForeignPlan
 from ._policy import Policy
 from ._protocol import MAX_MODEL_LEN, MODEL_NAME
 from ._rescore import Rescored, rescore
@@ -19,6 +20,8 @@ __all__ = [
     "SPECIAL_TOKENS",
     "ChatTemplate",
     "Engine",
+    "ForeignModel",
+    "ForeignPlan",
     "Generation",
     "ModelServer",
     "ParsedTurn",

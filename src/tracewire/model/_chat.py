@@ -15,6 +15,7 @@ import orjson
 from aiohttp import web
 
 from ._engine import Engine, Generation, TokenStep
+from ._foreign import ForeignModel
 from ._policy import Policy
 from ._protocol import (
     MAX_MODEL_LEN,
@@ -49,6 +50,10 @@ class Shared:
     #: Trainable weights by version (empty: the untrained model); see ModelServer.set_policy.
     policies: dict[int, Policy] = field(default_factory=dict)
     latest: int | None = None
+    #: A tokenizer directory sampled over instead of the built-in vocabulary (None: built-in).
+    foreign: ForeignModel | None = None
+    #: Split probability of foreign tokens when a request does not say (``--non-canonical``).
+    non_canonical: float = 0.0
 
     def next_request(self) -> int:
         self.counter += 1
@@ -101,7 +106,8 @@ def declared_names(tools: Any) -> tuple[str, ...] | None:
     return tuple(t["function"]["name"] for t in tools)
 
 
-def _sse(obj: Any) -> bytes:
+def sse_event(obj: Any) -> bytes:
+    """One server-sent event carrying ``obj`` as JSON."""
     return b"data: " + orjson.dumps(obj) + b"\n\n"
 
 
@@ -207,7 +213,7 @@ async def _stream(
         obj: dict[str, Any] = {**base, "choices": [c]}
         if first and return_ids:
             obj["prompt_token_ids"] = prompt
-        return _sse(obj)
+        return sse_event(obj)
 
     for i, gen in enumerate(gens):
         await resp.write(chunk(i, {"role": "assistant", "content": ""}, [], None, first=i == 0))
@@ -247,7 +253,7 @@ async def _stream(
         await resp.write(chunk(i, delta, pending, finish))
     if usage:
         done = sum(len(g.tokens) for g in gens)
-        await resp.write(_sse({**base, "choices": [], "usage": {
+        await resp.write(sse_event({**base, "choices": [], "usage": {
             "prompt_tokens": len(prompt), "completion_tokens": done,
             "total_tokens": len(prompt) + done}}))
     await resp.write(b"data: [DONE]\n\n")

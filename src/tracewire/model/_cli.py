@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import signal
+import sys
 
+from .._errors import ModelError
 from ._protocol import MAX_MODEL_LEN, MODEL_NAME
 from ._server import ModelServer
 
@@ -24,10 +26,20 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-model-len", type=int, default=MAX_MODEL_LEN,
                         help=f"context length in tokens, prompt + completion (default "
                              f"{MAX_MODEL_LEN}); agents with long system prompts need more")
+    parser.add_argument("--tokenizer", metavar="DIR", default=None,
+                        help="serve over this local tokenizer directory (tokenizer.json + "
+                             "tokenizer_config.json with its chat_template) instead of the "
+                             "built-in vocabulary; needs the tracewire[tito] extra for chat")
+    parser.add_argument("--non-canonical", metavar="P", type=float, nargs="?", const=0.5,
+                        default=0.0,
+                        help="with --tokenizer: split each multi-character token into its "
+                             "per-character pieces with probability P (default when given: "
+                             "0.5), to smoke-test non-canonical tokenizations")
 
 
 async def _serve(args: argparse.Namespace) -> None:
-    server = ModelServer(args.host, args.port, args.seed, args.max_model_len)
+    server = ModelServer(args.host, args.port, args.seed, args.max_model_len,
+                         tokenizer=args.tokenizer, non_canonical=args.non_canonical)
     await server.start()
     print(server.base_url, flush=True)
     stop = asyncio.Event()
@@ -41,6 +53,11 @@ async def _serve(args: argparse.Namespace) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Serve until SIGINT/SIGTERM; prints the base URL on its own line once listening."""
-    asyncio.run(_serve(args))
+    """Serve until SIGINT/SIGTERM; prints the base URL on its own line once listening.
+    A bad option or tokenizer directory is one line on stderr and exit status 2."""
+    try:
+        asyncio.run(_serve(args))
+    except ModelError as exc:
+        print(f"tracewire model: {exc}", file=sys.stderr)
+        return 2
     return 0

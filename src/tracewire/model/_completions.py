@@ -14,9 +14,10 @@ import orjson
 from aiohttp import web
 
 from .._errors import ModelError
-from ._chat import SLICE_S, Shared, _sse, drive, maybe_thread, rng_for
+from ._chat import SLICE_S, Shared, maybe_thread, rng_for, sse_event
 from ._constraints import DecodeState
 from ._engine import Generation, TokenStep
+from ._foreign_chat import foreign_completions
 from ._policy import Policy
 from ._protocol import (
     MAX_N,
@@ -27,13 +28,14 @@ from ._protocol import (
     Validated,
     completion_logprobs,
 )
+from ._runs import drive_stops, stop_token_ids
 
 __all__ = ["completions"]
 
 _MODES = ("auto", "none", "required")
 
 
-async def _score(shared: Shared, ids: list[int], temperature: float, top_p: float,
+async def score_prompt(shared: Shared, ids: list[int], temperature: float, top_p: float,
                  top_k: int, policy: Policy | None = None, tool_choice: str = "auto",
                  tool_names: tuple[str, ...] | None = None) -> list[TokenStep | None]:
     """Prompt log-probabilities, computed in loop-friendly slices."""
@@ -71,6 +73,8 @@ def _prompt_ids(shared: Shared, raw: Any) -> tuple[list[int], int]:
 
 async def completions(request: web.Request, shared: Shared, body: Any) -> web.StreamResponse:
     """Handle one legacy completion request (body already parsed)."""
+    if shared.foreign is not None:
+        return await foreign_completions(request, shared, body)
     e = shared.engine
     v = Validated(body)
     v.model()
@@ -97,24 +101,27 @@ async def completions(request: web.Request, shared: Shared, body: Any) -> web.St
         params = replace(params, forced=tuple(e.tok.encode_with_special(force["text"])))
     render = TokenRender(e, v.boolean("return_tokens_as_token_ids"))
     return_ids = v.boolean("return_token_ids")
+    stops = stop_token_ids(shared, v.body, "stop_token_ids")
+    v.boolean("skip_special_tokens")  # accepted; the text spells specials either way
     seed = v.seed()
     head = {"id": f"cmpl-{uuid.uuid4().hex}", "created": int(time.time()), "model": MODEL_NAME}
     policy = shared.policy_for(request)
     prompt_steps: list[TokenStep | None] = []
     if echo and want is not None:
-        prompt_steps = await _score(shared, prompt, params.temperature, params.top_p, want,
+        prompt_steps = await score_prompt(shared, prompt, params.temperature, params.top_p, want,
                                     policy, params.tool_choice, params.tool_names)
     prompt_text = e.tok.decode(prompt) if echo else ""
     gens = [Generation(e, prompt, params, rng_for(shared, seed, i), policy) for i in range(n)]
     if v.boolean("stream"):
         return await _stream(request, shared, head, prompt, prompt_text, prompt_steps, gens,
-                             want, render, return_ids)
+                             want, render, return_ids, stops)
     choices = []
     del size
     for i, gen in enumerate(gens):
-        steps = [s async for s in drive(gen)]
+        steps = [s async for s in drive_stops(gen, stops)]
         ids = gen.tokens
-        shown = ids[:-1] if ids and ids[-1] == e.tok.eot_id and gen.finish_reason == "stop" else ids
+        ended = {e.tok.eot_id, *stops}
+        shown = ids[:-1] if ids and ids[-1] in ended and gen.finish_reason == "stop" else ids
         text = e.tok.decode(shown)
         if gen.stop_cut is not None:
             text = text[: gen.stop_cut]
@@ -139,13 +146,15 @@ async def completions(request: web.Request, shared: Shared, body: Any) -> web.St
 async def _stream(
     request: web.Request, shared: Shared, head: dict[str, Any], prompt: list[int],
     prompt_text: str, prompt_steps: list[TokenStep | None], gens: list[Generation],
-    want: int | None, render: TokenRender, return_ids: bool,
+    want: int | None, render: TokenRender, return_ids: bool, stops: tuple[int, ...] = (),
 ) -> web.StreamResponse:
     e = shared.engine
     resp = web.StreamResponse(headers={"Content-Type": "text/event-stream",
                                        "Cache-Control": "no-cache"})
     await resp.prepare(request)
     base = {**head, "object": "text_completion"}
+
+    prompt_pending = [True]
 
     def chunk(i: int, text: str, ids: list[int], steps: list[TokenStep | None],
               finish: str | None) -> bytes:
@@ -154,7 +163,10 @@ async def _stream(
                                           if want is not None and ids else None)}
         if return_ids:
             c["token_ids"] = ids
-        return _sse({**base, "choices": [c]})
+            if prompt_pending[0]:  # as vLLM: the prompt's ids ride on the first chunk only
+                c["prompt_token_ids"] = prompt
+                prompt_pending[0] = False
+        return sse_event({**base, "choices": [c]})
 
     for i, gen in enumerate(gens):
         if prompt_text:
@@ -166,10 +178,10 @@ async def _stream(
         hold = max((len(s) for s in gen.p.stop), default=1) - 1
         ids: list[int] = []
         steps: list[TokenStep | None] = []
-        async for s in drive(gen):
+        async for s in drive_stops(gen, stops):
             ids.append(s.token)
             steps.append(s)
-            if not (s.token == e.tok.eot_id and gen.finish_reason == "stop"):
+            if not (s.token in (e.tok.eot_id, *stops) and gen.finish_reason == "stop"):
                 visible += dec.decode(e.tok.token_bytes(s.token))
             if gen.finish_reason is None:
                 safe = max(emitted, len(visible) - hold)

@@ -81,7 +81,7 @@ class Validated:
 
     def model(self) -> None:
         v = self.body.get("model")
-        if v is None:
+        if v is None or v == "":  # token-in clients may send an empty name: the one served
             return
         if not isinstance(v, str):
             raise RequestError("'model' must be a string", "model")

@@ -6,6 +6,7 @@ import asyncio
 import logging
 import threading
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from types import TracebackType
 from typing import Any
 
@@ -16,6 +17,8 @@ from .._errors import ModelError
 from ._chat import Shared, chat_completions, maybe_thread
 from ._completions import completions
 from ._engine import get_engine
+from ._foreign import ForeignModel
+from ._foreign_chat import foreign_chat, render_foreign
 from ._policy import Policy
 from ._protocol import (
     MAX_MODEL_LEN,
@@ -26,6 +29,7 @@ from ._protocol import (
     error_body,
 )
 from ._template import ChatTemplate
+from ._tokenin import sglang_generate, vllm_generate
 
 __all__ = ["ModelServer", "ServerThread"]
 
@@ -110,11 +114,17 @@ async def _tokenize(request: web.Request, shared: Shared, body: Any) -> web.Stre
         if not isinstance(msgs, list) or (tools is not None and not isinstance(tools, list)):
             raise RequestError("'messages' (and 'tools') must be lists", "messages")
         gen_prompt = v.boolean("add_generation_prompt", True)
-        ids = await maybe_thread(sum(len(str(m)) for m in msgs),
-                                 lambda: shared.template.render(msgs, tools or None, gen_prompt))
+        if shared.foreign is not None:
+            ids = await render_foreign(shared.foreign, msgs, tools, gen_prompt)
+        else:
+            ids = await maybe_thread(sum(len(str(m)) for m in msgs),
+                                     lambda: shared.template.render(msgs, tools or None,
+                                                                    gen_prompt))
     elif isinstance(v.body.get("prompt"), str):
         text = v.body["prompt"]
-        ids = await maybe_thread(len(text), lambda: shared.engine.tok.encode_with_special(text))
+        encode = (shared.foreign.encode_prompt if shared.foreign is not None
+                  else shared.engine.tok.encode_with_special)
+        ids = await maybe_thread(len(text), lambda: encode(text))
     else:
         raise RequestError("give 'prompt' (a string) or 'messages' (a list)", "prompt")
     return web.json_response({"tokens": ids, "count": len(ids),
@@ -129,7 +139,11 @@ async def _detokenize(request: web.Request, shared: Shared, body: Any) -> web.St
             isinstance(t, int) and not isinstance(t, bool) for t in ids):
         raise RequestError("'tokens' must be a list of token ids", "tokens")
     try:
-        text = shared.engine.tok.decode(ids)
+        if shared.foreign is not None:
+            shared.foreign.check_ids(ids)
+            text = shared.foreign.decode(ids)
+        else:
+            text = shared.engine.tok.decode(ids)
     except ModelError as exc:
         raise RequestError(str(exc), "tokens") from exc
     return web.json_response({"prompt": text})
@@ -144,8 +158,12 @@ def build_app(shared: Shared) -> web.Application:
     app.router.add_get("/v1/models", _models)
     app.router.add_get("/policy/{version}/v1/models", _models)
     for root in ("/v1", "/policy/{version}/v1"):  # the latest weights, or a named version
-        app.router.add_post(f"{root}/chat/completions", _bounded(chat_completions))
+        app.router.add_post(f"{root}/chat/completions", _bounded(
+            foreign_chat if shared.foreign is not None else chat_completions))
         app.router.add_post(f"{root}/completions", _bounded(completions))
+    for base in ("", "/policy/{version}"):  # token-in routes sit beside /v1, as upstream
+        app.router.add_post(f"{base}/inference/v1/generate", _bounded(vllm_generate))
+        app.router.add_post(f"{base}/generate", _bounded(sglang_generate))
     for prefix in ("", "/v1"):
         app.router.add_post(f"{prefix}/tokenize", _bounded(_tokenize))
         app.router.add_post(f"{prefix}/detokenize", _bounded(_detokenize))
@@ -158,16 +176,31 @@ class ModelServer:
     ``max_model_len`` is the context (prompt + completion) in tokens; agents with long system
     prompts need more than the default 8,192. The model only looks at the last 32 tokens, so
     a longer context costs only the prompt's memory.
+
+    ``tokenizer`` (a local directory with ``tokenizer.json`` and ``tokenizer_config.json``)
+    serves that vocabulary instead of the built-in one (see ``_foreign.py``); tokens are
+    then split into per-character pieces with probability ``non_canonical`` unless a request
+    says otherwise (``"tracewire": {"non_canonical": p}``).
     """
 
     def __init__(self, host: str = "127.0.0.1", port: int = 0, seed: int = 0,
-                 max_model_len: int = MAX_MODEL_LEN) -> None:
+                 max_model_len: int = MAX_MODEL_LEN, tokenizer: str | Path | None = None,
+                 non_canonical: float = 0.0) -> None:
         if (isinstance(max_model_len, bool) or not isinstance(max_model_len, int)
                 or not 1 <= max_model_len <= MAX_MODEL_LEN_LIMIT):
             raise ModelError(f"max_model_len must be an integer in 1..{MAX_MODEL_LEN_LIMIT}, "
                              f"got {max_model_len!r}")
+        if (isinstance(non_canonical, bool) or not isinstance(non_canonical, int | float)
+                or not 0.0 <= non_canonical <= 1.0):
+            raise ModelError(f"non_canonical must be a probability in [0, 1], got "
+                             f"{non_canonical!r}")
+        if non_canonical and tokenizer is None:
+            raise ModelError("non_canonical needs a tokenizer directory (the built-in "
+                             "vocabulary samples canonically)")
         self.host, self.port, self.seed = host, port, seed
         self.max_model_len = max_model_len
+        self.tokenizer = None if tokenizer is None else Path(tokenizer)
+        self.non_canonical = float(non_canonical)
         self._runner: web.AppRunner | None = None
         self._shared: Shared | None = None
         self._pending: list[Policy] = []
@@ -182,8 +215,11 @@ class ModelServer:
     async def start(self) -> None:
         """Load the model (in a thread) and start listening."""
         engine = await asyncio.to_thread(get_engine)
+        foreign = (None if self.tokenizer is None
+                   else await asyncio.to_thread(ForeignModel, self.tokenizer, engine))
         shared = Shared(engine, ChatTemplate(engine.tok), self.seed,
-                        max_model_len=self.max_model_len)
+                        max_model_len=self.max_model_len, foreign=foreign,
+                        non_canonical=self.non_canonical)
         self._shared = shared
         for policy in self._pending:
             self._install(shared, policy)
@@ -250,9 +286,10 @@ class ModelServer:
 
     @classmethod
     def run_in_thread(cls, host: str = "127.0.0.1", port: int = 0, seed: int = 0,
-                      max_model_len: int = MAX_MODEL_LEN) -> ServerThread:
+                      max_model_len: int = MAX_MODEL_LEN, tokenizer: str | Path | None = None,
+                      non_canonical: float = 0.0) -> ServerThread:
         """Start a server on its own event loop in a daemon thread (for sync code and tests)."""
-        return ServerThread(cls(host, port, seed, max_model_len))
+        return ServerThread(cls(host, port, seed, max_model_len, tokenizer, non_canonical))
 
 
 class ServerThread:

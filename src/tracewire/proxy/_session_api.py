@@ -26,7 +26,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import orjson
 from aiohttp import web
@@ -41,11 +41,24 @@ from ..samples import (
     default_postprocess,
     encode_parts,
 )
-from ..sessions import GoneReason, SessionStatus, decode_spec
-from ._session import Session
+from ..sessions import GoneReason, SessionSpec, SessionStatus, decode_spec
+from ._session import Session, SessionRegistry
 
-if TYPE_CHECKING:
-    from ._server import Proxy
+
+class SessionHost(Protocol):
+    """What the session API needs of the proxy it is mounted on (a protocol, so this
+    module does not import the app that mounts it)."""
+
+    registry: SessionRegistry
+    session_token: str
+
+    def create_session(self, spec: SessionSpec | None = None) -> Session:
+        """A new session from ``spec``."""
+        ...
+
+    async def finish_session(self, session_id: str) -> None:
+        """Record what the upstream reports about the session in its trace's ``info``."""
+        ...
 
 __all__ = ["SessionAPI", "add_session_routes"]
 
@@ -133,7 +146,7 @@ class SessionAPI:
 
     def __init__(
         self,
-        proxy: Proxy,
+        proxy: SessionHost,
         *,
         picker: Picker | None = default_picker,
         postprocess: Postprocess | None = default_postprocess,
@@ -411,7 +424,7 @@ class SessionAPI:
         return _json({"session_id": sid, "status": SessionStatus.CLOSED, "already": already})
 
 
-def add_session_routes(app: web.Application, proxy: Proxy, **options: Any) -> SessionAPI:
+def add_session_routes(app: web.Application, proxy: SessionHost, **options: Any) -> SessionAPI:
     """Mount the session API on ``app`` (the proxy's) and return its :class:`SessionAPI`.
 
     ``options`` go to :class:`SessionAPI` (``picker``, ``postprocess``, caps, ``grace_s``).

@@ -24,7 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .._errors import EnvError, LimitError, PhaseTimeout
+from .._errors import PhaseTimeout
+from ._errors import RuntimeUnavailable, SandboxError
 
 __all__ = [
     "ExecResult",
@@ -44,14 +45,6 @@ PhaseHook = Callable[[str, float, float], None]
 
 #: Bytes of stdout/stderr kept (the tail) per stream, per exec.
 OUTPUT_TAIL = 64 * 1024
-
-
-class SandboxError(EnvError):
-    """A runtime failed to boot, run a command, move files or clean up."""
-
-
-class RuntimeUnavailable(SandboxError):
-    """The runtime cannot run on this machine (tool missing, not permitted, no daemon)."""
 
 
 class ExecTimeout(PhaseTimeout):
@@ -315,7 +308,3 @@ class Runtime(abc.ABC):
         return env
 
 
-def check_size(n: int, limit: int, what: str) -> None:
-    """Raise ``LimitError`` when ``n`` is over ``limit``."""
-    if n > limit:
-        raise LimitError(f"{what}: {n} bytes over the {limit}-byte limit")

@@ -9,7 +9,7 @@ import stat
 from collections.abc import Mapping, Sequence
 from pathlib import Path, PurePosixPath
 
-from ._api import SandboxError, check_size
+from ._errors import SandboxError, check_size
 
 __all__ = ["read_files", "write_files"]
 

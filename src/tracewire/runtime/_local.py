@@ -48,7 +48,9 @@ class LocalRuntime(Runtime):
 
     async def _exec(self, argv: list[str], env: dict[str, str], cwd: str | None,
                     timeout: float | None, stdin: bytes | None) -> ExecResult:
-        base = dict(os.environ) if self.inherit_env else {"PATH": os.defpath}
+        # The trainer's session-API token never reaches the agent.
+        base = ({k: v for k, v in os.environ.items() if k != "TRACEWIRE_SESSION_TOKEN"}
+                if self.inherit_env else {"PATH": os.defpath})
         full = {**base, **self._agent_env(env)}
         where = self.host_workdir() / cwd if cwd else self.host_workdir()
         prog = argv[0] if "/" not in argv[0] else str(where / argv[0])

@@ -4,8 +4,9 @@ runtime; a ``CommandHarness`` takes ``preset.render(runtime)`` as its argv/env/f
 
 In templates, ``{workdir}`` becomes the runtime's workdir as the agent sees it,
 ``{base_url}``/``{anthropic_base_url}`` the session URLs, ``{model}`` the model name.
-The flags follow each CLI's documentation (checked December 2026); none of these CLIs is
-installed on the machine this was written on, so their end-to-end test skips there.
+``model`` may be left empty: a ``CommandHarness.from_preset`` fills in the rollout's.
+The flags follow each CLI's documentation (checked December 2026); a CLI's end-to-end test
+skips where it is not installed.
 """
 
 from __future__ import annotations
@@ -13,13 +14,36 @@ from __future__ import annotations
 import shutil
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
-from ._api import Runtime, SandboxError
+from ._api import SandboxError
 
 __all__ = ["AgentPreset", "claude_code", "codex", "mini_swe_agent"]
 
 #: Variables every preset sets: no update checks, no telemetry, no colour codes.
 _QUIET = {"NO_COLOR": "1", "DO_NOT_TRACK": "1", "TERM": "dumb"}
+
+
+class _Urls(Protocol):
+    @property
+    def base_url(self) -> str: ...
+    @property
+    def anthropic_base_url(self) -> str: ...
+
+
+class Placed(Protocol):
+    """Where a preset runs: a :class:`~tracewire.runtime.Runtime`, or anything with its
+    agent-side ``workdir`` and ``agent_endpoint``."""
+
+    @property
+    def workdir(self) -> str:
+        """The workdir as the agent sees it."""
+        ...
+
+    @property
+    def agent_endpoint(self) -> _Urls | None:
+        """The session's URLs as the agent reaches them."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -37,13 +61,16 @@ class AgentPreset:
         """The executables this preset needs that are not on ``path`` (host PATH)."""
         return [e for e in self.executables if shutil.which(e, path=path) is None]
 
-    def render(self, runtime: Runtime) -> tuple[list[str], dict[str, str], dict[str, str]]:
-        """(argv, env, files) with the templates filled in for ``runtime``."""
+    def render(self, runtime: Placed, model: str | None = None
+               ) -> tuple[list[str], dict[str, str], dict[str, str]]:
+        """(argv, env, files) with the templates filled in for ``runtime``; ``{model}`` is
+        the preset's model, else ``model`` (the rollout's, passed by the harness)."""
         ep = runtime.agent_endpoint
         if ep is None:
             raise SandboxError(f"preset {self.name}: the runtime has no proxy endpoint")
         values = {"workdir": runtime.workdir, "base_url": ep.base_url,
-                  "anthropic_base_url": ep.anthropic_base_url, "model": self.model}
+                  "anthropic_base_url": ep.anthropic_base_url,
+                  "model": self.model or model or ""}
 
         def fill(s: str) -> str:
             for k, v in values.items():
@@ -54,7 +81,7 @@ class AgentPreset:
                 {k: fill(v) for k, v in self.files.items()})
 
 
-def claude_code(prompt: str, *, model: str, max_turns: int = 30,
+def claude_code(prompt: str, *, model: str = "", max_turns: int = 30,
                 tools: Sequence[str] | None = None,
                 max_output_tokens: int | None = None) -> AgentPreset:
     """Claude Code headless (``claude -p``) on the Anthropic endpoint of the session.
@@ -78,7 +105,7 @@ def claude_code(prompt: str, *, model: str, max_turns: int = 30,
     return AgentPreset("claude-code", tuple(argv), env, executables=("claude",), model=model)
 
 
-def codex(prompt: str, *, model: str) -> AgentPreset:
+def codex(prompt: str, *, model: str = "") -> AgentPreset:
     """The Codex CLI (``codex exec --json``) with a custom Responses provider whose base URL
     is the session; its own sandbox is off (the runtime is the sandbox) and ``CODEX_HOME``
     points into the workdir, where its config is written."""
@@ -105,7 +132,7 @@ def codex(prompt: str, *, model: str) -> AgentPreset:
                        executables=("codex",), model=model)
 
 
-def mini_swe_agent(prompt: str, *, model: str) -> AgentPreset:
+def mini_swe_agent(prompt: str, *, model: str = "") -> AgentPreset:
     """mini-swe-agent (``mini``) in yolo mode through litellm's ``openai/`` provider, whose
     base URL and key come from ``OPENAI_BASE_URL``/``OPENAI_API_KEY`` (the session's)."""
     argv = ("mini", "-y", "--exit-immediately", "-m", "openai/{model}", "-t", prompt)

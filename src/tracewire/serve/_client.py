@@ -89,8 +89,8 @@ class EnvClient:
 
     ``tune_memory`` (on by default) raises this process's glibc mmap/trim thresholds (see
     :func:`~tracewire._memory.tune_allocator`) so received token memory is reused
-    instead of page-faulted anew for every episode: on the development VM that was 12 ms
-    of the 1,000-turn round trip. It affects the whole process (blocks under 64 MiB come
+    instead of page-faulted anew for every episode (bench/README.md, serve, has the figure).
+    It affects the whole process (blocks under 64 MiB come
     from the heap; up to 256 MiB of freed heap is kept), so pass ``tune_memory=False``
     where that matters more than receive speed.
 

@@ -267,10 +267,13 @@ def repair_run(path: str | os.PathLike[str]) -> CheckReport:
             actions += _recover_and_fix(layout)
     finally:
         Layout.unlock(fd)
-    from ._run import Run
-
-    with Run.open(layout.root) as run:
-        final = run.verify()
+    conn = connect(layout, write=False)
+    try:
+        final = verify_run(layout, conn, read_meta(layout).get("status"))
+    except sqlite3.Error as exc:
+        raise store_error(f"cannot check {layout.root}", exc) from exc
+    finally:
+        conn.close()
     final.repaired = actions
     return final
 

@@ -2,7 +2,9 @@
 
 Routes (all GET):
 ``/`` the page; ``/static/{name}`` its assets (a fixed set shipped in the package);
-``/api/run``; ``/api/episodes`` (index page); ``/api/facets``; ``/api/stats``;
+``/api/run``; ``/api/vocab`` (the run's tokenizer as a table of id pieces, or
+``known: false``); ``/api/episodes`` (index page); ``/api/facets``; ``/api/stats``;
+``/api/steps`` (per-step reward and mismatch of a train run);
 ``/api/episodes/{id}``; ``.../traces/{t}/timing``; ``.../traces/{t}/branches/{leaf}``
 (nodes, paged); ``.../traces/{t}/branches/{leaf}/tokens`` (token window, binary or JSON);
 ``/api/events`` (server-sent events: live episodes, or one episode with ``?episode=``).
@@ -34,10 +36,11 @@ from ._http import (
     param_int,
     param_str,
 )
-from ._index import SORTABLE, IndexQuery
+from ._index import RANGED, SORTABLE, IndexQuery
 from ._live import LiveFeed
 from ._shapes import branch_page, episode_summary, timing, token_window
 from ._source import RunSource
+from ._steps import train_steps
 
 __all__ = ["MAX_PAGE", "MAX_WINDOW", "build_app"]
 
@@ -86,9 +89,28 @@ async def _run_info(request: web.Request) -> web.Response:
     src = request.app[SOURCE]
 
     def work() -> dict[str, Any]:
-        return {"dir": src.run_dir.name, "meta": src.meta(), "episodes": src.index_count()}
+        return {"dir": src.run_dir.name, "meta": src.meta(), "episodes": src.index_count(),
+                "tokenizer": src.vocab().ref.describe(), "columns": src.index.present(),
+                "health": src.health()}
 
     return json_response(await asyncio.to_thread(work))
+
+
+async def _vocab(request: web.Request) -> web.Response:
+    src = request.app[SOURCE]
+    # Built once per run in a worker thread (a 150k-id vocabulary takes a while to decode).
+    body = await asyncio.to_thread(lambda: src.vocab().body())
+    return web.Response(body=body, content_type="application/json",
+                        headers={"Cache-Control": "private, max-age=3600"})
+
+
+def _ranges(q: Any) -> tuple[tuple[str, float | None, float | None], ...]:
+    out = []
+    for c in RANGED:
+        lo, hi = param_float(q, c + "_min"), param_float(q, c + "_max")
+        if lo is not None or hi is not None:
+            out.append((c, lo, hi))
+    return tuple(out)
 
 
 def _index_query(q: Any) -> IndexQuery:
@@ -103,6 +125,7 @@ def _index_query(q: Any) -> IndexQuery:
         reward_max=param_float(q, "reward_max"),
         errors=errors,
         q=param_str(q, "q"),
+        ranges=_ranges(q),
         offset=param_int(q, "offset", 0, lo=0, hi=10**9),
         limit=param_int(q, "limit", 50, lo=1, hi=MAX_PAGE),
     )
@@ -120,6 +143,11 @@ async def _episodes(request: web.Request) -> web.Response:
     page, ms = await asyncio.to_thread(work)
     # Server time of the query, for benches and browser dev tools (never asserted in tests).
     return json_response(page, headers={"Server-Timing": f"db;dur={ms:.3f}"})
+
+
+async def _steps(request: web.Request) -> web.Response:
+    src = request.app[SOURCE]
+    return json_response(await asyncio.to_thread(train_steps, src.run_dir, src.index))
 
 
 async def _facets(request: web.Request) -> web.Response:
@@ -167,7 +195,10 @@ async def _episode(request: web.Request) -> web.Response:
 
     def work() -> dict[str, Any]:
         ep, live = _find(src, eid)
-        return episode_summary(ep, live=live)
+        out = episode_summary(ep, live=live)
+        # A journal whose writer is gone is not running: say so rather than "live".
+        out["stale"] = live and src.health()["state"] == "needs_repair"
+        return out
 
     return json_response(await asyncio.to_thread(work))
 
@@ -256,6 +287,7 @@ async def _events(request: web.Request) -> web.StreamResponse:
                     sent_version = state.version
                     await resp.write(_sse("live", {
                         "episodes": state.rows, "index_rows": state.index_rows,
+                        "health": state.health,
                     }))
             elif episode in state.summaries:
                 sig = state.sigs[episode]
@@ -294,7 +326,9 @@ def build_app(run_dir: str | Path, *, poll_interval: float = 0.25) -> web.Applic
     r.add_get("/api/run", _run_info)
     r.add_get("/api/episodes", _episodes)
     r.add_get("/api/facets", _facets)
+    r.add_get("/api/vocab", _vocab)
     r.add_get("/api/stats", _stats)
+    r.add_get("/api/steps", _steps)
     r.add_get("/api/events", _events)
     base = "/api/episodes/{id}"
     r.add_get(base, _episode)

@@ -19,13 +19,21 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from ..store import Run
+from ..store import COLUMNS, Run
 from ._cache import LRU
 
-__all__ = ["NUMERIC", "ROW_COLUMNS", "SORTABLE", "TEXT", "IndexQuery", "IndexTable"]
+__all__ = ["NUMERIC", "OPTIONAL", "RANGED", "ROW_COLUMNS", "SORTABLE", "TEXT", "IndexQuery",
+           "IndexTable"]
 
+#: Trainer and token-in/token-out columns, shown when this build's index has them (a run
+#: written by a build without them reads them as null).
+OPTIONAL = tuple(c for c in ("step", "policy_version", "tito_mismatch")
+                 if COLUMNS.get(c, "TEXT").split()[0] in ("INTEGER", "REAL"))
 #: Numeric columns kept in memory (sortable, range-filterable).
-NUMERIC = ("reward", "turns", "n_tokens", "errors", "duration", "started", "group_index")
+NUMERIC = ("reward", "turns", "n_tokens", "errors", "duration", "started", "group_index",
+           *OPTIONAL)
+#: Columns with ``<name>_min`` / ``<name>_max`` filters besides ``reward``.
+RANGED = OPTIONAL
 #: Text columns kept in memory as category codes (sortable, equality-filterable).
 TEXT = ("env", "status", "stop", "task_key")
 #: Orderings the table accepts; ``arrival`` is the index's append order (``seq``).
@@ -35,8 +43,7 @@ ROW_COLUMNS: dict[str, str] = {
     "arrival": "seq", "id": "episode_id", "env": "env", "task_key": "task_key",
     "group_index": "group_index", "status": "status", "ok": "ok", "stop": "stop",
     "reward": "reward", "turns": "turns", "n_tokens": "n_tokens", "errors": "errors",
-    "duration": "duration", "started": "started", "step": "step",
-    "policy_version": "policy_version",
+    "duration": "duration", "started": "started", **{c: c for c in OPTIONAL},
 }  # fmt: skip
 
 
@@ -53,6 +60,7 @@ class IndexQuery:
     reward_max: float | None = None
     errors: bool | None = None
     q: str | None = None
+    ranges: tuple[tuple[str, float | None, float | None], ...] = ()
     offset: int = 0
     limit: int = 50
 
@@ -109,6 +117,18 @@ class IndexTable:
         }
         self._orders: LRU[tuple[Any, ...], NDArray[np.int64]] = LRU(16)
         self._sorted: dict[str, NDArray[np.int64]] = {}
+
+    def reload(self) -> None:
+        """Forget the in-memory copy and load it again from the index (benches time this)."""
+        with self._lock:
+            self._reset()
+        self.refresh()
+
+    def drop_orderings(self) -> None:
+        """Forget the cached sorts, so the next page pays for its ordering again (benches)."""
+        with self._lock:
+            self._orders.clear()
+            self._sorted.clear()
 
     def _store(self) -> Run:
         return self._run()
@@ -169,6 +189,12 @@ class IndexTable:
             conds.append(reward >= q.reward_min)
         if q.reward_max is not None:
             conds.append(reward <= q.reward_max)
+        for col, lo, hi in q.ranges:
+            values = self._num[col]
+            if lo is not None:
+                conds.append(values >= lo)
+            if hi is not None:
+                conds.append(values <= hi)
         if q.errors is not None:
             conds.append(self._num["errors"] > 0 if q.errors else self._num["errors"] == 0)
         if q.q is not None:
@@ -186,7 +212,7 @@ class IndexTable:
     def _order(self, q: IndexQuery) -> NDArray[np.int64]:
         # Row positions in display order; cached per (filters, ordering) until rows arrive.
         key = (q.sort, q.order, q.env, q.status, q.stop, q.reward_min, q.reward_max,
-               q.errors, q.q)  # fmt: skip
+               q.errors, q.q, q.ranges)  # fmt: skip
         order = self._orders.get(key)
         if order is not None:
             return order
@@ -236,6 +262,41 @@ class IndexTable:
                 k: sorted(v for v in self._cats[k].values if v is not None)[:200]
                 for k in ("env", "status", "stop")
             }
+
+    def present(self) -> list[str]:
+        """The optional columns (:data:`OPTIONAL`) holding a value in at least one row."""
+        self.refresh()
+        with self._lock:
+            return [c for c in OPTIONAL if bool(np.any(~np.isnan(self._num[c])))]
+
+    def by_step(self) -> dict[str, Any]:
+        """Mean reward (and mean ``tito_mismatch`` where recorded) per ``step`` value, over
+        the rows that have one; empty lists when no row has a step."""
+        self.refresh()
+        with self._lock:
+            step = self._num["step"] if "step" in self._num else np.empty(0)
+            reward = self._num["reward"]
+            mism = self._num.get("tito_mismatch")
+        has = ~np.isnan(step)
+        if not bool(has.any()):
+            return {"step": [], "reward": [], "n": []}
+        steps, inverse = np.unique(step[has], return_inverse=True)
+
+        def mean_of(values: NDArray[np.float64]) -> list[float | None]:
+            v = values[has]
+            ok = ~np.isnan(v)
+            sums = np.bincount(inverse[ok], weights=v[ok], minlength=len(steps))
+            counts = np.bincount(inverse[ok], minlength=len(steps))
+            return [float(t / c) if c else None for t, c in zip(sums, counts, strict=True)]
+
+        out: dict[str, Any] = {
+            "step": [int(x) for x in steps],
+            "reward": mean_of(reward),
+            "n": np.bincount(inverse, minlength=len(steps)).tolist(),
+        }
+        if mism is not None and bool(np.any(~np.isnan(mism[has]))):
+            out["tito_mismatch"] = mean_of(mism)
+        return out
 
     def stats(self, bins: int) -> dict[str, Any]:
         """Reward histogram (``bins`` equal-width bins) and mean reward over arrival

@@ -34,6 +34,7 @@ class LiveState:
     sigs: dict[str, tuple[Any, ...]] = field(default_factory=dict)
     index_rows: int = 0
     gone: frozenset[str] = frozenset()
+    health: dict[str, Any] = field(default_factory=dict)
 
 
 class LiveFeed:
@@ -97,18 +98,20 @@ class LiveFeed:
         # Runs in a worker thread: journal assembly, signatures and summaries are all O(data).
         episodes = self.source.live()
         index_rows = self.source.index_count()
+        health = self.source.health()
+        stale = health["state"] == "needs_repair"
         sigs: dict[str, tuple[Any, ...]] = {}
         summaries: dict[str, dict[str, Any]] = {}
         rows: list[dict[str, Any]] = []
-        changed = index_rows != old.index_rows
+        changed = index_rows != old.index_rows or health != old.health
         for ep in episodes:
             sig = signature(ep)
             sigs[ep.id] = sig
             rows.append(live_row(ep))
-            if old.sigs.get(ep.id) == sig:
+            if old.sigs.get(ep.id) == sig and old.summaries[ep.id]["stale"] == stale:
                 summaries[ep.id] = old.summaries[ep.id]
             else:
-                summaries[ep.id] = episode_summary(ep, live=True)
+                summaries[ep.id] = {**episode_summary(ep, live=True), "stale": stale}
                 changed = True
         if set(sigs) != set(old.sigs):
             changed = True
@@ -123,6 +126,7 @@ class LiveFeed:
             sigs=sigs,
             index_rows=index_rows,
             gone=frozenset(self._seen - set(sigs)),
+            health=health,
         )
 
     async def _run(self) -> None:

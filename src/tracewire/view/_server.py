@@ -12,6 +12,7 @@ from types import TracebackType
 from aiohttp import web
 
 from ._app import SOURCE, build_app
+from ._source import RunSource
 
 __all__ = ["ViewServer"]
 
@@ -33,6 +34,13 @@ class ViewServer:
         self.poll_interval = poll_interval
         self.app: web.Application | None = None
         self._runner: web.AppRunner | None = None
+
+    @property
+    def source(self) -> RunSource:
+        """The running app's read access to the run (its episode table is ``.index``)."""
+        if self.app is None:
+            raise RuntimeError("the viewer is not started")
+        return self.app[SOURCE]
 
     @property
     def url(self) -> str:

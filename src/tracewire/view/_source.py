@@ -17,7 +17,9 @@ from numpy.typing import NDArray
 from ..store import Run, open_run
 from ..trace import Episode
 from ._cache import LRU
+from ._health import RunHealth
 from ._index import IndexQuery, IndexTable
+from ._vocab import VocabTable, resolve_tokenizer
 
 __all__ = ["RunSource"]
 
@@ -35,6 +37,8 @@ class RunSource:
         self._episodes: LRU[str, Episode] = LRU(cache_episodes)
         self._branches: LRU[tuple[str, int, int], Columns] = LRU(cache_branches)
         self._live: dict[str, Episode] = {}
+        self._vocab: VocabTable | None = None
+        self._health: RunHealth | None = None
 
     def run(self) -> Run:
         """The store's read-side ``Run`` (opened once, on first use)."""
@@ -47,6 +51,24 @@ class RunSource:
         """Open the run and load the episode table now (start-up, in a worker thread)."""
         self.run()
         self.index.refresh()
+
+    def vocab(self) -> VocabTable:
+        """The run's tokenizer as a vocabulary table (resolved once; built on first use)."""
+        meta = self.meta()  # outside the lock: run() takes it
+        with self._lock:
+            if self._vocab is None:
+                self._vocab = VocabTable(resolve_tokenizer(meta, self.run_dir))
+            return self._vocab
+
+    def health(self) -> dict[str, Any]:
+        """Whether the run is being written, closed, or left by a crashed writer
+        (``state: needs_repair``; see :mod:`._health`). Rate-limited, cheap."""
+        run = self.run()
+        with self._lock:
+            if self._health is None:
+                self._health = RunHealth(run.layout)
+            health = self._health
+        return health.check(run.meta.get("status"))
 
     def meta(self) -> dict[str, Any]:
         """The run's metadata."""

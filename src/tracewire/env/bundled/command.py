@@ -34,7 +34,10 @@ def load_environment() -> Environment:
     return Environment(
         "command",
         tasks=data_tasks("command"),
-        harness=CommandHarness(["{python}", str(AGENT)], input="both"),
+        # The script is copied into the workdir, so it runs in any runtime (bwrap sees no
+        # project directory).
+        harness=CommandHarness(["{python}", "{workdir}/command_agent.py"], input="both",
+                               files=lambda _task: {AGENT.name: AGENT.read_text("utf-8")}),
         rewards=[correct],
         finalize=_keep_reply,
         sampling={"max_tokens": 16},

@@ -2,7 +2,7 @@
 // views of the chosen branch: conversation bubbles, tokens, timing waterfall. A live episode
 // follows its event stream and grows turn by turn, pending tool results included.
 import { ApiError, api, el, fmtNum, fmtSecs, setStatus } from "./util.js";
-import { TokenView } from "./tokens.js";
+import { TokenView, loadVocab } from "./tokens.js";
 import { waterfall } from "./plots.js";
 
 const PAGE = 200;
@@ -87,11 +87,16 @@ export async function renderEpisode(app, id, params) {
     const span = (s) => s.end ? fmtSecs(s.end - s.start) : "running";
     header.replaceChildren(
       el("div", {}, el("b", { "data-testid": "episode-id" }, ep.id), " ",
-        ep.live ? el("span", { class: "live-badge", "data-testid": "live-badge" }, "live") : null),
+        ep.stale ? el("span", { class: "stale-badge", "data-testid": "stale-badge" },
+          "stale: its writer crashed; run `tracewire check --repair` to store it as incomplete")
+          : ep.live ? el("span", { class: "live-badge", "data-testid": "live-badge" }, "live") : null),
       el("dl", { class: "kv" },
         el("dt", {}, "env / task"), el("dd", {}, `${ep.env} / ${ep.task_key} (group ${ep.group_index})`),
         el("dt", {}, "reward"), el("dd", { "data-testid": "episode-reward" }, fmtNum(ep.reward)),
         el("dt", {}, "ok"), el("dd", {}, String(ep.ok)),
+        ...(ep.info && (ep.info.step !== undefined || ep.info.policy_version !== undefined) ? [
+          el("dt", {}, "step / policy"), el("dd", { "data-testid": "episode-step" },
+            `${ep.info.step ?? "–"} / ${ep.info.policy_version ?? "–"}`)] : []),
         el("dt", {}, "timing"), el("dd", {}, Object.entries(ep.timing).map(([k, s]) => `${k} ${span(s)}`).join(", ") || "–"),
         el("dt", {}, "errors"), el("dd", {}, errorList(ep.errors))));
     traceTabs.replaceChildren(...ep.traces.map((tr, i) => el("button", {
@@ -139,7 +144,7 @@ export async function renderEpisode(app, id, params) {
     if (st.leaf === null) st.leaf = Number(params.get("leaf") ?? lastNode());
     if (st.leaf > lastNode() || st.leaf < 0) st.leaf = lastNode();
     params.delete("leaf");
-    st.follow = ep.live && st.leaf === lastNode();
+    st.follow = ep.live && !ep.stale && st.leaf === lastNode();
     renderHeader(); renderTabs(); setHash();
     if (st.leaf < 0) { body.replaceChildren(el("p", { class: "muted" }, "no messages yet"), pendingBox); return; }
     if (st.tab === "chat") {
@@ -150,9 +155,10 @@ export async function renderEpisode(app, id, params) {
       const holder = el("div", {});
       body.replaceChildren(holder);
       const leafInfo = trace().leaves.find((l) => l.leaf === st.leaf);
-      const b = await api(`${base}/traces/${st.t}/branches/${st.leaf}?limit=1`);
+      const [b, vocab] = await Promise.all([
+        api(`${base}/traces/${st.t}/branches/${st.leaf}?limit=1`), loadVocab()]);
       st.tokens = new TokenView(holder, `${base}/traces/${st.t}/branches/${st.leaf}/tokens`,
-        leafInfo ? leafInfo.n_tokens : b.n_tokens);
+        leafInfo ? leafInfo.n_tokens : b.n_tokens, vocab);
     } else {
       const canvas = el("canvas", { class: "waterfall", "data-testid": "waterfall" });
       body.replaceChildren(canvas);
@@ -197,7 +203,8 @@ export async function renderEpisode(app, id, params) {
   await renderTrace();
 
   let events = null, queue = Promise.resolve();
-  if (ep.live) {
+  if (ep.stale) setStatus("needs repair");
+  else if (ep.live) {
     setStatus("live");
     events = new EventSource(`/api/events?episode=${id}`);
     // Handle events one at a time, in order, so pages are appended exactly once.

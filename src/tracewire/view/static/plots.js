@@ -58,6 +58,32 @@ export function lineChart(series, w, h) {
   return root;
 }
 
+// One value per training step (x = step numbers; null values are gaps), as a line.
+export function stepChart(steps, values, w, h, colour, what) {
+  const root = frame(w, h);
+  const pts = [];
+  steps.forEach((x, i) => { const y = values[i]; if (y !== null && !Number.isNaN(y)) pts.push([x, y]); });
+  if (!pts.length) { root.append(svg("text", { x: 10, y: 20, fill: "#888" }, "no data")); return root; }
+  const pad = 24;
+  let lo = Math.min(...pts.map((p) => p[1])), hi = Math.max(...pts.map((p) => p[1]));
+  if (hi === lo) { lo -= 0.5; hi += 0.5; }
+  const x0 = Math.min(...steps), x1 = Math.max(...steps);
+  const X = (x) => pad + (x1 === x0 ? 0.5 : (x - x0) / (x1 - x0)) * (w - 2 * pad);
+  const Y = (y) => h - pad - ((y - lo) / (hi - lo)) * (h - 2 * pad);
+  root.append(svg("polyline", { points: pts.map(([x, y]) => `${X(x)},${Y(y)}`).join(" "),
+    fill: "none", stroke: colour, "stroke-width": 2 }));
+  for (const [x, y] of pts) {
+    const c = svg("circle", { cx: X(x), cy: Y(y), r: 2.5, fill: colour, "data-step": x, "data-value": y });
+    c.append(svg("title", {}, `step ${x}: ${what} ${y.toFixed(4)}`));
+    root.append(c);
+  }
+  root.append(svg("text", { x: 2, y: pad, "font-size": 10, fill: "#555" }, hi.toFixed(2)));
+  root.append(svg("text", { x: 2, y: h - pad, "font-size": 10, fill: "#555" }, lo.toFixed(2)));
+  root.append(svg("text", { x: w - pad, y: h - 6, "font-size": 10, fill: "#555", "text-anchor": "end" },
+    "step →"));
+  return root;
+}
+
 const FINISH_COLOURS = { stop: "#27ae60", tool_calls: "#8e44ad", length: "#e67e22", error: "#c0392b" };
 
 // Phases get one lane each; calls get one lane each when few, else share lanes packed greedily.

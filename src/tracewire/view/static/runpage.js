@@ -1,16 +1,18 @@
 // The run page: metadata, reward plots, episodes running now (live), and the episode table
 // (sorted, filtered and paginated by the server).
 import { api, el, fmtNum, fmtSecs, fmtTime, setStatus } from "./util.js";
-import { histogram, lineChart } from "./plots.js";
+import { histogram, lineChart, stepChart } from "./plots.js";
 
-const COLUMNS = [
+// Optional index columns (shown when the run has values): key -> header label.
+const OPTIONAL = { step: "step", policy_version: "policy", tito_mismatch: "tito mismatch" };
+const BASE_COLUMNS = [
   ["arrival", "#", true], ["id", "episode", false], ["env", "env", true],
   ["task_key", "task", true], ["group_index", "g", false], ["status", "status", true],
   ["stop", "stop", true], ["reward", "reward", true], ["turns", "turns", true],
   ["n_tokens", "tokens", true], ["errors", "errors", true], ["duration", "duration", true],
   ["started", "started", true],
 ];
-const FILTERS = ["env", "status", "stop", "reward_min", "reward_max", "errors", "q"];
+const BASE_FILTERS = ["env", "status", "stop", "reward_min", "reward_max", "errors", "q"];
 
 function cell(key, row) {
   const v = row[key];
@@ -20,19 +22,23 @@ function cell(key, row) {
     case "duration": return el("td", { class: "num" }, fmtSecs(v));
     case "started": return el("td", {}, fmtTime(v));
     case "arrival": case "turns": case "n_tokens": case "errors": case "group_index":
+    case "step": case "policy_version": case "tito_mismatch":
       return el("td", { class: "num" }, fmtNum(v));
     default: return el("td", {}, v === null || v === undefined ? "–" : String(v));
   }
 }
 
 export async function renderRun(app, params) {
+  const [info, facets] = await Promise.all([api("/api/run"), api("/api/facets")]);
+  const extra = (info.columns || []).filter((c) => c in OPTIONAL);
+  const COLUMNS = [...BASE_COLUMNS, ...extra.map((c) => [c, OPTIONAL[c], true])];
+  const FILTERS = [...BASE_FILTERS, ...extra.flatMap((c) => [c + "_min", c + "_max"])];
   const state = {
     sort: params.get("sort") || "arrival", order: params.get("order") || "asc",
     offset: Number(params.get("offset") || 0), limit: Number(params.get("limit") || 50),
   };
   for (const f of FILTERS) state[f] = params.get(f) || "";
 
-  const [info, facets] = await Promise.all([api("/api/run"), api("/api/facets")]);
   // Times in the run metadata are epoch seconds; show them as dates.
   const metaValue = (k, v) => (typeof v === "number" && /^(created|started|ended|finished)/.test(k)
     ? fmtTime(v) : typeof v === "object" ? JSON.stringify(v) : String(v));
@@ -44,6 +50,20 @@ export async function renderRun(app, params) {
   const histSvg = el("div", { "data-testid": "reward-hist" });
   const lineSvg = el("div", { "data-testid": "reward-over-time" });
   const liveBox = el("div", { "data-testid": "live-list" });
+  const stepsBox = el("div", { class: "row", "data-testid": "steps" });
+  const repairBox = el("div", {});
+  const liveTitle = el("h2", {}, "Running now");
+  let health = info.health || {};
+  function renderHealth(h) {
+    health = h || {};
+    const broken = health.state === "needs_repair";
+    liveTitle.textContent = broken ? "Left by a crashed writer (not running)" : "Running now";
+    repairBox.replaceChildren(...(broken ? [el("div", { class: "banner", "data-testid": "needs-repair" },
+      `needs repair: ${health.hint} — the writer of this run is gone`,
+      health.journals ? ` and left ${health.journals} unfinished episode(s) in journals` : "",
+      "; what is shown below is what it wrote before it stopped.")] : []));
+  }
+  renderHealth(health);
   const table = el("table", { class: "grid", "data-testid": "episode-table" });
   const pager = el("div", { class: "pager", "data-testid": "pager" });
 
@@ -62,6 +82,8 @@ export async function renderRun(app, params) {
       el("option", { value: "true", selected: state.errors === "true" }, "with errors"),
       el("option", { value: "false", selected: state.errors === "false" }, "without"))),
     input("q", "task contains", "search"),
+    ...extra.flatMap((c) => [input(c + "_min", OPTIONAL[c] + " ≥", "number"),
+      input(c + "_max", OPTIONAL[c] + " ≤", "number")]),
     el("button", { type: "submit", "data-testid": "apply" }, "apply"));
   form.addEventListener("submit", (ev) => {
     ev.preventDefault();
@@ -76,7 +98,8 @@ export async function renderRun(app, params) {
     el("div", { class: "row" }, metaBox,
       el("div", { class: "card" }, el("div", { class: "muted" }, "reward histogram"), histSvg),
       el("div", { class: "card" }, el("div", { class: "muted" }, "mean reward over arrival"), lineSvg)),
-    el("h2", {}, "Running now"), liveBox,
+    repairBox, stepsBox,
+    liveTitle, liveBox,
     el("h2", {}, "Episodes"), form, pager, table);
 
   function query() {
@@ -126,6 +149,16 @@ export async function renderRun(app, params) {
     histSvg.replaceChildren(histogram(stats.hist, 320, 140));
     lineSvg.replaceChildren(lineChart(stats.over_time, 320, 140));
     if (stats.mean !== null) histSvg.title = "mean reward " + fmtNum(stats.mean);
+    const steps = await api("/api/steps");
+    if (!steps.source) { stepsBox.replaceChildren(); return; }
+    const card = (label, testid, values, colour) => el("div", { class: "card" },
+      el("div", { class: "muted" }, label),
+      el("div", { "data-testid": testid }, stepChart(steps.step, values, 320, 140, colour, label)));
+    const cards = [card("mean reward per step", "reward-over-steps", steps.reward, "#27ae60")];
+    if (steps.mismatch_max) cards.push(card("logprob mismatch (max) per step", "mismatch-over-steps", steps.mismatch_max, "#c0392b"));
+    else if (steps.tito_mismatch) cards.push(card("tito mismatch per step", "mismatch-over-steps", steps.tito_mismatch, "#c0392b"));
+    if (steps.staleness) cards.push(card("staleness per step", "staleness-over-steps", steps.staleness, "#8e44ad"));
+    stepsBox.replaceChildren(...cards);
   }
 
   function renderLive(rows) {
@@ -136,7 +169,9 @@ export async function renderRun(app, params) {
       el("tbody", {}, ...rows.map((r) => el("tr", {
         class: "clickable", "data-testid": "live-row", "data-id": r.id,
         onclick: () => { location.hash = "#/episodes/" + r.id; },
-      }, el("td", {}, el("span", { class: "live-badge" }, "live"), " ", r.id.slice(0, 12)),
+      }, el("td", {}, health.state === "needs_repair"
+        ? el("span", { class: "stale-badge", "data-testid": "stale-badge" }, "stale")
+        : el("span", { class: "live-badge" }, "live"), " ", r.id.slice(0, 12)),
       el("td", {}, r.env), el("td", {}, r.task_key), el("td", { class: "num" }, fmtNum(r.n_nodes)),
       el("td", { class: "num" }, fmtNum(r.n_tokens)), el("td", { class: "num" }, fmtNum(r.n_calls)),
       el("td", { class: "num" }, fmtNum(r.pending)))))));
@@ -148,8 +183,10 @@ export async function renderRun(app, params) {
   const events = new EventSource("/api/events");
   events.addEventListener("live", (ev) => {
     const d = JSON.parse(ev.data);
+    renderHealth(d.health);
     renderLive(d.episodes);
-    setStatus(d.episodes.length ? `${d.episodes.length} running` : "");
+    setStatus(health.state === "needs_repair" ? "needs repair"
+      : d.episodes.length ? `${d.episodes.length} running` : "");
     if (d.index_rows !== indexRows) {
       indexRows = d.index_rows;
       document.querySelector("[data-testid=run-count]").textContent = fmtNum(indexRows);

@@ -2,10 +2,29 @@
 // DOM; tokens arrive in windows of CHUNK as raw little-endian arrays (ids int32, logprobs
 // float32, mask uint8) and a bounded number of windows is kept, so a 1 M-token branch costs
 // what a screenful costs.
-import { el } from "./util.js";
+// When the run's tokenizer is known, each id shows its text piece (from a vocabulary table
+// fetched once per page load; special tokens marked), else the id.
+import { api, el } from "./util.js";
 
 const CHUNK = 4096, KEEP_CHUNKS = 64, ROW_H = 18, CELL_W = 57, POS_W = 72, OVERSCAN = 6;
 const MAX_H = 8_000_000;  // stay well under the browsers' element height limits
+
+let vocabPromise = null;
+
+// The run's vocabulary: {known, pieces, special:Set}; fetched at most once per page load.
+export function loadVocab() {
+  if (!vocabPromise) {
+    vocabPromise = api("/api/vocab").then((v) => ({ ...v, special: new Set(v.special || []) }))
+      .catch(() => ({ known: false, pieces: [], special: new Set() }));
+  }
+  return vocabPromise;
+}
+
+// Whitespace and control characters made visible, so a token's extent can be seen.
+export function showPiece(text) {
+  return text.replace(/ /g, "·").replace(/\n/g, "↵").replace(/\t/g, "→").replace(/\r/g, "␍")
+    .replace(/[\u0000-\u001f]/g, (c) => "\\x" + c.charCodeAt(0).toString(16).padStart(2, "0"));
+}
 
 function colour(mode, mask, lp) {
   if (mode === "mask") return mask ? "#bfe6bf" : "#eceff3";
@@ -16,8 +35,10 @@ function colour(mode, mask, lp) {
 }
 
 export class TokenView {
-  constructor(root, url, total) {
+  constructor(root, url, total, vocab) {
     this.url = url; this.total = total; this.mode = "logprob";
+    this.vocab = vocab && vocab.known ? vocab : null;
+    this.showText = this.vocab !== null;
     this.chunks = new Map(); this.inflight = new Map();
     this.info = el("div", { id: "token-info", "data-testid": "token-info" }, "hover a token");
     this.spacer = el("div", { class: "spacer" });
@@ -29,8 +50,13 @@ export class TokenView {
     modeSel.addEventListener("change", () => { this.mode = modeSel.value; this.render(); });
     this.jump.addEventListener("change", () => this.scrollTo(Number(this.jump.value)));
     this.count = el("span", { "data-testid": "token-count" });
+    const textSel = this.vocab ? el("select", { "data-testid": "token-show" },
+      el("option", { value: "text" }, "show text"), el("option", { value: "ids" }, "show ids")) : null;
+    if (textSel) textSel.addEventListener("change", () => { this.showText = textSel.value === "text"; this.render(); });
+    const tokName = el("span", { class: "muted", "data-testid": "token-tokenizer" },
+      this.vocab ? `tokenizer: ${this.vocab.name}` : "ids only (tokenizer unknown)");
     root.replaceChildren(
-      el("div", { class: "legend" }, this.count, modeSel, this.jump,
+      el("div", { class: "legend" }, this.count, modeSel, textSel, this.jump, tokName,
         el("span", {}, el("span", { class: "swatch", style: "background:hsl(0,70%,78%)" }), " p≈0"),
         el("span", {}, el("span", { class: "swatch", style: "background:hsl(120,70%,78%)" }), " p≈1 (trained)"),
         el("span", {}, el("span", { class: "swatch", style: "background:#eceff3" }), " not trained")),
@@ -122,12 +148,20 @@ export class TokenView {
       for (let pos = r * this.perRow; pos < end; pos++) {
         const t = this.token(pos);
         if (!t) { row.append(el("span", { class: "tok", "data-pos": pos }, "…")); continue; }
-        row.append(el("span", { class: "tok", "data-pos": pos, "data-id": t.id, "data-mask": t.mask,
-          style: `background:${colour(this.mode, t.mask, t.lp)}` }, String(t.id)));
+        const piece = this.piece(t.id);
+        const special = this.vocab && this.vocab.special.has(t.id);
+        row.append(el("span", { class: special ? "tok special" : "tok", "data-pos": pos, "data-id": t.id,
+          "data-mask": t.mask, style: `background:${colour(this.mode, t.mask, t.lp)}` },
+        this.showText && piece !== null ? showPiece(piece) : String(t.id)));
       }
       frag.append(row);
     }
     this.spacer.replaceChildren(frag);
+  }
+
+  piece(id) {
+    if (!this.vocab || id < 0 || id >= this.vocab.pieces.length) return null;
+    return this.vocab.pieces[id];
   }
 
   hover(target) {
@@ -135,6 +169,8 @@ export class TokenView {
     const pos = Number(target.dataset.pos), t = this.token(pos);
     if (!t) return;
     const lp = Number.isNaN(t.lp) ? "–" : `${t.lp.toFixed(4)} (p=${Math.exp(t.lp).toFixed(3)})`;
-    this.info.textContent = `pos ${pos} · id ${t.id} · logprob ${lp} · ${t.mask ? "trained" : "not trained"}`;
+    const piece = this.piece(t.id);
+    const text = piece === null ? "" : ` · text ${JSON.stringify(piece)}${this.vocab.special.has(t.id) ? " (special)" : ""}`;
+    this.info.textContent = `pos ${pos} · id ${t.id}${text} · logprob ${lp} · ${t.mask ? "trained" : "not trained"}`;
   }
 }
