@@ -9,9 +9,11 @@ stays fast.
 from __future__ import annotations
 
 import argparse
+import functools
 import gc
 import sys
 from collections.abc import Callable, Sequence
+from types import SimpleNamespace
 from typing import Protocol
 
 __all__ = ["COMMANDS", "Command", "main"]
@@ -56,9 +58,14 @@ def _train() -> Command:
 
 
 def _proxy() -> Command:
+    from .compose import make_upstream
     from .proxy import _cli
 
-    return _cli
+    # The composition root builds the upstream (token-in/token-out with --tokenizer); the
+    # proxy never imports tito itself.
+    cmd: Command = SimpleNamespace(HELP=_cli.HELP, configure=_cli.configure,
+                                   run=functools.partial(_cli.run, make_upstream=make_upstream))
+    return cmd
 
 
 def _serve() -> Command:

@@ -43,11 +43,12 @@ async def test_an_index_without_the_appended_columns_still_opens(tmp_path: Path)
     old.info["step"] = 5
     async with await Run.create(run_dir) as run:
         await run.append(old)
-    # Turn the index into one an older build wrote (before step/policy_version existed).
+    # Turn the index into one an older build wrote (before the appended columns existed).
     conn = sqlite3.connect(run_dir / "index.sqlite")
     with conn:
         conn.execute("ALTER TABLE episodes DROP COLUMN step")
         conn.execute("ALTER TABLE episodes DROP COLUMN policy_version")
+        conn.execute("ALTER TABLE episodes DROP COLUMN tito_mismatch")
     conn.close()
     with open_run(run_dir) as r:
         assert [(x.episode_id, x.step) for x in r.rows()] == [(old.id, None)]

@@ -25,6 +25,14 @@ class Script:
     finish: str = "stop"
     short_logprobs: bool = False
     requests: list[dict[str, Any]] = field(default_factory=list)
+    #: When set, ``policy(prompt ids) -> (ids, text, finish)`` picks what is sampled for
+    #: each request (a deterministic 'model' reading the prompt), instead of the fields.
+    policy: Callable[[list[int]], tuple[list[int], str, str]] | None = None
+
+    def sample(self, prompt: list[int]) -> None:
+        """Run the policy (if any) for ``prompt``."""
+        if self.policy is not None:
+            self.ids, self.text, self.finish = self.policy(prompt)
 
 
 SCRIPT = web.AppKey("script", Script)
@@ -48,6 +56,7 @@ async def _completions(req: web.Request) -> web.StreamResponse:
     body = await req.json()
     s.requests.append(body)
     _check_common(body, "prompt")
+    s.sample(body["prompt"])
     assert body["return_token_ids"] and body["return_tokens_as_token_ids"]
     assert body["skip_special_tokens"] is False and body["stop_token_ids"]
     assert isinstance(body["max_tokens"], int) and isinstance(body["logprobs"], int)

@@ -33,7 +33,7 @@ async def make_big_index(path: Path) -> tuple[Run, list[tuple[object, ...]]]:
             None, i % 4, rng.choice(["complete", "incomplete"]), 1,
             rng.choice(["done", "max_turns", None]), round(rng.random(), 4), "{}", "{}",
             rng.randint(1, 50), 0, 0, rng.randint(10, 10_000), 1, rng.choice([0, 0, 0, 2]),
-            1000.0 + i, 1001.0 + i, 1.0, 1000.0 + i, 0, i * 100, 100, 0, i // 100, None,
+            1000.0 + i, 1001.0 + i, 1.0, 1000.0 + i, 0, i * 100, 100, 0, i // 100, None, None,
         ))  # fmt: skip
     conn = sqlite3.connect(path / "index.sqlite")
     with conn:

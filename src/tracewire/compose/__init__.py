@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from ._options import BACKENDS, RUNTIMES, Backend, RolloutPlan
     from ._runtime import runtime_factory, with_runtime
     from ._summary import Summary, Tally, pass_at_k
+    from ._tito import make_upstream
 
 # name -> module defining it (PEP 562).
 _LAZY: dict[str, str] = {
@@ -32,6 +33,7 @@ _LAZY: dict[str, str] = {
     "default_run_dir": "._evaluate",
     "env_factory": "._envrunner",
     "evaluate": "._evaluate",
+    "make_upstream": "._tito",
     "pass_at_k": "._summary",
     "rollouts": "._backend",
     "runtime_factory": "._runtime",
@@ -50,6 +52,7 @@ __all__ = [
     "default_run_dir",
     "env_factory",
     "evaluate",
+    "make_upstream",
     "pass_at_k",
     "rollouts",
     "runtime_factory",

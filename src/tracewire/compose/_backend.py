@@ -20,6 +20,7 @@ from ..proxy import Proxy, ProxyConfig
 from ..store import Run
 from ..trace import Episode
 from ._options import BACKENDS, Backend, RolloutPlan, ServePlan
+from ._tito import make_upstream
 from ._upstream import model_server
 
 __all__ = ["BACKENDS", "Backend", "RolloutPlan", "Rollouts", "ServePlan", "rollouts"]
@@ -71,8 +72,9 @@ async def local_rollouts(env: Environment, plan: RolloutPlan) -> AsyncIterator[L
         plan.base_url, plan.model, plan.api_key, seed=plan.seed,
         max_model_len=plan.max_model_len,
     ) as (upstream, model):
-        config = ProxyConfig(upstream_api_key=plan.api_key) if plan.api_key else None
-        async with Proxy(upstream, config=config) as proxy:
+        config = ProxyConfig(upstream_api_key=plan.api_key, tokenizer=plan.tokenizer,
+                             upstream_api=plan.upstream_api)
+        async with Proxy(make_upstream(upstream, config, model=model), config=config) as proxy:
             # Made (and the SDK imported) off the loop before the first rollout needs it.
             if env.harness.uses_sdk:
                 await http_client()

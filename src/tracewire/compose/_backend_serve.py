@@ -28,6 +28,7 @@ from ..store import Run
 from ..trace import Episode
 from ._options import RolloutPlan, ServePlan
 from ._runtime import with_runtime
+from ._tito import make_upstream
 from ._upstream import model_server
 
 __all__ = ["FACTORY", "ServeRollouts", "serve_factory", "serve_rollouts"]
@@ -68,18 +69,23 @@ def _request(task: Task, episode: Episode) -> dict[str, Any]:
 @contextlib.asynccontextmanager
 async def serve_factory(env: str, options: dict[str, Any]) -> AsyncIterator[Runner]:
     """A worker's runner for eval requests: options ``base_url``, ``model``, ``api_key``,
-    ``sampling``, ``seed``, ``timeouts`` (a dict of phase deadlines) and ``runtime`` (a
-    runtime name for a command harness's agent), as in a local eval."""
+    ``sampling``, ``seed``, ``timeouts`` (a dict of phase deadlines), ``runtime`` (a
+    runtime name for a command harness's agent) and ``tokenizer``/``upstream_api``
+    (token-in/token-out), as in a local eval."""
     runtime = options.get("runtime")
     environment = with_runtime(load_environment(env), str(runtime) if runtime else None)
     raw = options.get("timeouts")
     timeouts = Timeouts(**raw) if isinstance(raw, dict) else None
     key = options.get("api_key")
-    config = ProxyConfig(upstream_api_key=str(key)) if key else None
+    tok = options.get("tokenizer")
+    config = ProxyConfig(upstream_api_key=str(key) if key else None,
+                         tokenizer=str(tok) if tok else None,
+                         upstream_api=str(options.get("upstream_api") or "completions"))
     sampling = dict(options.get("sampling") or {})
     seed = int(options.get("seed", 0))
     model = str(options["model"])
-    async with Proxy(str(options["base_url"]), config=config) as proxy:
+    upstream = make_upstream(str(options["base_url"]), config, model=model)
+    async with Proxy(upstream, config=config) as proxy:
 
         async def run(request: dict[str, Any], episode: Episode) -> None:
             ident = request.get("episode") or {}
@@ -152,6 +158,7 @@ async def serve_rollouts(env: Environment, plan: RolloutPlan,
             "sampling": dict(plan.sampling), "seed": plan.seed,
             "timeouts": dataclasses.asdict(plan.timeouts) if plan.timeouts else None,
             "runtime": serve.runtime,
+            "tokenizer": plan.tokenizer, "upstream_api": plan.upstream_api,
         }
         workers = max(1, serve.workers)
         # Room for every rollout the eval keeps in flight, so none is refused as busy.

@@ -9,7 +9,7 @@ import sys
 
 from .._errors import TracewireError
 from ..env import load_environment
-from ._options import BACKENDS, RUNTIMES
+from ._options import BACKENDS, RUNTIMES, UPSTREAM_APIS
 
 HELP = "Run an environment's tasks × rollouts through the proxy and store the run."
 
@@ -57,6 +57,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0, help="sampling seed (default: 0)")
     parser.add_argument("--temperature", type=float, default=None, help="sampling temperature")
     parser.add_argument("--max-tokens", type=int, default=None, help="tokens per model turn")
+    parser.add_argument("--tokenizer", default=None, metavar="DIR",
+                        help="token-in/token-out: render prompts with this local tokenizer "
+                             "directory and send ids to --base-url (needs tracewire[tito])")
+    parser.add_argument("--upstream-api", choices=UPSTREAM_APIS, default="completions",
+                        help="token-in endpoint with --tokenizer (default: completions)")
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
 
 
@@ -121,7 +126,7 @@ async def run_cli(args: argparse.Namespace) -> tuple[int, str | None]:
             worker_resources=_resources(getattr(args, "worker_resources", None)),
             runtime=args.runtime,
             stop=stop,
-            total_hint=set_total,
+            total_hint=set_total, tokenizer=args.tokenizer, upstream_api=args.upstream_api,
             on_episode=lambda _e, tally: bar.update(tally) if bar is not None else None,
         )
     except (TracewireError, ValueError, OSError) as exc:

@@ -16,10 +16,11 @@ from typing import Any
 
 from ..env import Timeouts, load_environment, run_rollout
 from ..model import MAX_MODEL_LEN, MODEL_NAME, ModelServer
-from ..proxy import Proxy
+from ..proxy import Proxy, ProxyConfig
 from ..serve import Runner
 from ..trace import Episode
 from ._runtime import with_runtime
+from ._tito import make_upstream
 
 __all__ = ["env_factory"]
 
@@ -27,8 +28,9 @@ __all__ = ["env_factory"]
 @contextlib.asynccontextmanager
 async def env_factory(env: str, options: dict[str, Any]) -> AsyncIterator[Runner]:
     """Yield a runner for environment ``env``; options ``base_url`` (with ``model``),
-    ``timeouts`` (a dict of phase deadlines), ``max_model_len`` (built-in model) and
-    ``runtime`` (where a command harness's agent runs: ``local``, ``bwrap``, ``docker``)."""
+    ``timeouts`` (a dict of phase deadlines), ``max_model_len`` (built-in model),
+    ``runtime`` (where a command harness's agent runs: ``local``, ``bwrap``, ``docker``) and
+    ``tokenizer``/``upstream_api`` (token-in/token-out)."""
     runtime = options.get("runtime")
     environment = with_runtime(load_environment(env), str(runtime) if runtime else None)
     raw = options.get("timeouts")
@@ -44,7 +46,10 @@ async def env_factory(env: str, options: dict[str, Any]) -> AsyncIterator[Runner
             server = await asyncio.to_thread(ModelServer.run_in_thread, max_model_len=max_len)
             stack.push_async_callback(asyncio.to_thread, server.stop)
             base_url = server.base_url
-        proxy = Proxy(str(base_url))
+        tok = options.get("tokenizer")
+        config = ProxyConfig(tokenizer=str(tok) if tok else None,
+                             upstream_api=str(options.get("upstream_api") or "completions"))
+        proxy = Proxy(make_upstream(str(base_url), config, model=model), config=config)
         await proxy.start()
         stack.push_async_callback(proxy.stop)
 

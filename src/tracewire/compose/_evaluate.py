@@ -107,6 +107,8 @@ async def evaluate(
     stop: asyncio.Event | None = None,
     on_episode: EpisodeCallback | None = None,
     total_hint: TotalHint | None = None,
+    tokenizer: str | None = None,
+    upstream_api: str = "completions",
 ) -> EvalResult:
     """Run ``n`` tasks (all by default) × ``r`` rollouts of ``env`` into a stored run.
 
@@ -123,6 +125,8 @@ async def evaluate(
     ``worker_cpus`` CPUs and ``worker_resources`` each, on the cluster at ``ray_address``).
     ``runtime`` (``local``, ``bwrap``, ``docker`` or a factory) is where a command
     harness's agent program runs, overriding the environment's choice.
+    ``tokenizer`` (a local tokenizer directory) serves the proxy token-in/token-out over
+    ``base_url``'s ``upstream_api`` endpoint instead of the chat pass-through.
     """
     if r < 1 or concurrency < 1 or workers < 1 or (n is not None and n < 0):
         raise ValueError("need r >= 1, concurrency >= 1, workers >= 1 and n >= 0")
@@ -141,7 +145,8 @@ async def evaluate(
     if max_tokens is not None:
         sampling["max_tokens"] = max_tokens
     plan = RolloutPlan(base_url=base_url, model=model, api_key=api_key, seed=seed,
-                       max_model_len=max_model_len, sampling=sampling, timeouts=timeouts)
+                       max_model_len=max_model_len, sampling=sampling, timeouts=timeouts,
+                       tokenizer=tokenizer, upstream_api=upstream_api)
     tally = Tally()
     status = "complete"
     lag: float | None = None

@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from ..env import Timeouts
 
-__all__ = ["BACKENDS", "RUNTIMES", "Backend", "RolloutPlan", "ServePlan"]
+__all__ = ["BACKENDS", "RUNTIMES", "UPSTREAM_APIS", "Backend", "RolloutPlan", "ServePlan"]
 
 #: Where an eval's rollouts run: ``local`` is this process; ``process`` and ``ray`` are the
 #: workers of an env server (local worker processes, or Ray actors on a cluster).
@@ -22,6 +22,8 @@ BACKENDS: tuple[Backend, ...] = ("local", "process", "ray")
 #: Where a command harness's agent runs (``tracewire eval --runtime``); resolved by
 #: ``_runtime.runtime_factory``, which imports the runtime part.
 RUNTIMES = ("local", "bwrap", "docker")
+#: Token-in endpoints ``--upstream-api`` accepts (the values of ``tito.codecs.UpstreamApi``).
+UPSTREAM_APIS = ("completions", "generate", "sglang")
 
 
 @dataclass(frozen=True)
@@ -35,6 +37,10 @@ class RolloutPlan:
     max_model_len: int | None = None
     sampling: Mapping[str, Any] = field(default_factory=dict)
     timeouts: Timeouts | None = None
+    #: Token-in/token-out: a local tokenizer directory and the endpoint to send ids to
+    #: (see ``ProxyConfig.tokenizer``); None keeps the chat pass-through.
+    tokenizer: str | None = None
+    upstream_api: str = "completions"
 
 
 @dataclass(frozen=True)

@@ -47,6 +47,9 @@ class Summary:
     extra: dict[str, Any] = field(default_factory=dict)
     #: Share of the eval's wall time the event loop's thread was on the CPU (0..1).
     loop_busy: float | None = None
+    #: Token-in/token-out runs: non-benign differences of recorded ids from a canonical
+    #: render, summed over episodes (``episode.info["tito_mismatch"]``); None otherwise.
+    tito_mismatch: int | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """Plain JSON-ready dict."""
@@ -71,6 +74,7 @@ class Tally:
         self.ok = 0
         self.calls_ok = 0
         self.first_error: str | None = None
+        self.tito_mismatch: int | None = None
 
     @property
     def n(self) -> int:
@@ -88,6 +92,9 @@ class Tally:
         reward = episode.reward
         self.rewards.append(reward)
         self.groups[episode.task_key].append(reward)
+        tm = episode.info.get("tito_mismatch")
+        if isinstance(tm, int) and not isinstance(tm, bool):
+            self.tito_mismatch = (self.tito_mismatch or 0) + tm
         if trace is None:
             self.stops["no_trace"] += 1
             return
@@ -177,4 +184,5 @@ class Tally:
             loop_lag_p99_ms=loop_lag_p99_ms,
             loop_busy=loop_busy,
             skipped=skipped,
+            tito_mismatch=self.tito_mismatch,
         )

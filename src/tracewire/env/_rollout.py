@@ -205,6 +205,16 @@ async def _attempt(
 async def _cleanup(env: Environment, rollout: Rollout, proxy: ProxyLike) -> None:
     await rollout.aclose()
     await env.harness.cleanup(rollout)
+    finish = getattr(proxy, "finish_session", None)
+    if finish is not None:  # token-in/token-out records its mismatch report on the trace
+        try:
+            await finish(rollout.session.id)
+        except LookupError:
+            pass
+        figures = [t.info["tito_mismatch"] for t in rollout.episode.traces
+                   if isinstance(t.info.get("tito_mismatch"), int)]
+        if figures:  # the index column tito_mismatch reads it from episode.info
+            rollout.episode.info["tito_mismatch"] = sum(figures)
     try:
         proxy.registry.delete(rollout.session.id)
     except LookupError:

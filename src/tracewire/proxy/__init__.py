@@ -10,7 +10,7 @@ from ._config import ProxyConfig, RequestHook, ResponseHook
 from ._server import Proxy
 from ._session import Session, SessionRegistry
 from ._session_api import SessionAPI, add_session_routes
-from ._upstream_api import StreamChunk, Upstream, UpstreamReply, UpstreamRequest
+from ._upstream_api import StreamChunk, TurnContext, Upstream, UpstreamReply, UpstreamRequest
 from ._upstream_http import HttpUpstream
 from ._upstream_mock import MockCall, MockResponse, MockUpstream
 
@@ -27,6 +27,7 @@ __all__ = [
     "SessionAPI",
     "SessionRegistry",
     "StreamChunk",
+    "TurnContext",
     "Upstream",
     "UpstreamReply",
     "UpstreamRequest",

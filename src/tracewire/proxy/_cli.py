@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+from collections.abc import Callable
 
 from ._config import ProxyConfig
 from ._server import Proxy
+from ._upstream_api import Upstream
+
+#: ``make(url, config, model=...)``: the upstream for ``url`` (the URL itself: pass-through).
+UpstreamFactory = Callable[..., "str | Upstream"]
 
 __all__ = ["HELP", "configure", "run"]
 
@@ -22,29 +27,46 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--upstream-timeout", type=float, default=600.0)
     parser.add_argument("--no-token-fields", action="store_true",
                         help="do not ask the upstream for token ids (hosted APIs)")
+    parser.add_argument("--tokenizer", default=None, metavar="DIR",
+                        help="local tokenizer directory: render prompts here and send token "
+                             "ids (token-in/token-out; needs tracewire[tito]). Default: "
+                             "pass-through chat")
+    parser.add_argument("--upstream-api", choices=("completions", "generate", "sglang"),
+                        default="completions",
+                        help="token-in endpoint with --tokenizer: vLLM /v1/completions, vLLM "
+                             "/inference/v1/generate or SGLang /generate")
+    parser.add_argument("--model", default="", help="model name sent upstream (token-in)")
     parser.add_argument("--session-token", default=None,
                         help="trainer token of the /sessions API (default: "
                              "$TRACEWIRE_SESSION_TOKEN, else generated and printed)")
 
 
-async def _serve(args: argparse.Namespace) -> None:
+async def _serve(args: argparse.Namespace, make_upstream: UpstreamFactory | None) -> None:
     cfg = ProxyConfig(max_body_bytes=int(args.max_body_mb * 1024 * 1024),
                       upstream_timeout=args.upstream_timeout,
-                      session_token=args.session_token)
+                      session_token=args.session_token, tokenizer=args.tokenizer,
+                      upstream_api=args.upstream_api)
     if args.no_token_fields:
         cfg.token_fields = {}
-    async with Proxy(args.upstream, host=args.host, port=args.port, config=cfg) as proxy:
+    if cfg.tokenizer and make_upstream is None:
+        raise SystemExit("--tokenizer needs an upstream factory (the `tracewire proxy` "
+                         "command passes one)")
+    upstream = (make_upstream(args.upstream, cfg, model=args.model) if make_upstream
+                else args.upstream)
+    async with Proxy(upstream, host=args.host, port=args.port, config=cfg) as proxy:
         print(proxy.url, flush=True)
         if proxy.session_token_generated:
             print(f"TRACEWIRE_SESSION_TOKEN={proxy.session_token}", flush=True)
         await asyncio.Event().wait()
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace, make_upstream: UpstreamFactory | None = None) -> int:
     """Serve until interrupted; prints the proxy's URL first, then the session token
-    (``TRACEWIRE_SESSION_TOKEN=...``) when it was generated."""
+    (``TRACEWIRE_SESSION_TOKEN=...``) when it was generated. ``make_upstream`` builds the
+    upstream from the URL and config (the composition root passes one that honours
+    ``--tokenizer``)."""
     try:
-        asyncio.run(_serve(args))
+        asyncio.run(_serve(args, make_upstream))
     except KeyboardInterrupt:
         pass
     return 0

@@ -164,6 +164,12 @@ class Proxy:
         )
         return self.registry.add(s)
 
+    async def finish_session(self, session_id: str) -> None:
+        """Record what the upstream reports about a finished session in its trace's
+        ``info`` (token-in/token-out: ``tito_mismatch``); a no-op for pass-through.
+        ``SessionError`` for an unknown id."""
+        await self._pipeline.finish(self.registry.get(session_id))
+
     def _auth(self, request: web.Request) -> Session:
         auth = request.headers.get("Authorization", "")
         secret = auth[7:].strip() if auth[:7].lower() == "bearer " else ""

@@ -56,6 +56,10 @@ class SessionHost(Protocol):
         """A new session from ``spec``."""
         ...
 
+    async def finish_session(self, session_id: str) -> None:
+        """Record what the upstream reports about the session in its trace's ``info``."""
+        ...
+
 __all__ = ["SessionAPI", "add_session_routes"]
 
 log = logging.getLogger("tracewire.proxy.sessions")
@@ -288,6 +292,9 @@ class SessionAPI:
         """``GET /sessions/{id}``."""
         session = self._session(request)
         counts = await asyncio.to_thread(self.builder(session).summary)
+        await self.proxy.finish_session(session.id)  # tito_mismatch, when token-in/out
+        tito = {k: session.trace.info[k] for k in ("tito_mismatch", "tito")
+                if k in session.trace.info}
         return _json(
             {
                 "session_id": session.id,
@@ -301,6 +308,7 @@ class SessionAPI:
                 "group_id": session.group_id,
                 "group_index": session.group_index,
                 "collected": session.id in self.collected,
+                **tito,
             }
         )
 

@@ -27,7 +27,7 @@ from ._prompt import PromptIds, parse_full, parse_tail
 from ._rawjson import RawSpan
 from ._session import Session
 from ._upstream import outcome_of
-from ._upstream_api import Upstream, UpstreamRequest
+from ._upstream_api import TurnContext, Upstream, UpstreamRequest
 
 __all__ = ["Answer", "Turn", "TurnPipeline"]
 
@@ -80,6 +80,10 @@ class Turn:
         session, up = self.session, self.up
         graph = session.graph
         nodes = graph.commit(self.prep, out, self.call, up.all_messages)
+        if self.request.flags and nodes:
+            flags = tuple(dict.fromkeys(self.request.flags))
+            for c in session.trace.calls[-len(nodes):]:
+                c.flags = flags
         span = up.msgs_span
         if nodes and span is not None and up.hasher is not None:
             last = session.trace.nodes[nodes[0]].parent
@@ -187,10 +191,20 @@ class TurnPipeline:
             up.body["stream_options"] = {**(opts if isinstance(opts, dict) else {}),
                                          "include_usage": True}
         payload = up.upstream_bytes(self.config.token_fields)
-        ureq = UpstreamRequest(payload, stream=up.stream, split=not self.config.response_hooks)
+        ureq = UpstreamRequest(payload, stream=up.stream, split=not self.config.response_hooks,
+                               context=(_context(session, prep) if self.upstream.wants_context
+                                        else None))
         return Turn(session=session, adapter=adapter, up=up, prep=prep, call=call,
                     request=ureq, upstream=self.upstream, rkey=rkey, ikey=ikey,
                     offload=self.offload)
+
+    async def finish(self, session: Session) -> None:
+        """Record what the upstream reports about the finished ``session`` (the
+        token-in/token-out mismatch report) in its trace's ``info``."""
+        report = await self.upstream.session_report(session.id, session.trace)
+        if report:
+            session.trace.info.update(report)
+            session.trace.notify()
 
     async def outcome(self, turn: Turn) -> tuple[dict[str, Any], Outcome, bytes | None]:
         """Ask the upstream for a non-streamed answer: (its dict, the outcome, the raw body
@@ -247,6 +261,26 @@ def _match(session: Session, up: UpReq) -> Prepared:
         raise BadRequest(400, f"bad message: {exc}") from exc
     parent, new = g.match_rest(parent, rest)
     return Prepared(parent, new)
+
+
+def _context(session: Session, prep: Prepared) -> TurnContext:
+    """The matched history for an upstream that renders prompts itself."""
+    trace = session.trace
+    parent = prep.parent
+    ids = None
+    sampled, by_stop = False, True
+    if parent is not None:
+        _, ok, path = session.graph.path_ids(parent)
+        ids = path.copy() if ok and path is not None else None
+        sampled = trace.nodes[parent].sampled
+        if sampled:
+            for c in reversed(trace.calls):  # the matching call is almost always last
+                if c.node == parent:
+                    by_stop = c.finish_reason != "length"
+                    break
+    root = trace.nodes[0].message.role if trace.nodes else None
+    return TurnContext(session.id, len(prep.new), ids, sampled, by_stop, bool(trace.nodes),
+                       root)
 
 
 def _commit_soon(turn: Turn, out: Outcome) -> None:

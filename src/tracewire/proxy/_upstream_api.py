@@ -16,17 +16,42 @@ from __future__ import annotations
 
 import asyncio
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+import numpy as np
 import orjson
+from numpy.typing import NDArray
 
+from ..trace import Trace
 from ._rawjson import RawSpan
 
-__all__ = ["StreamChunk", "Upstream", "UpstreamReply", "UpstreamRequest"]
+__all__ = ["StreamChunk", "TurnContext", "Upstream", "UpstreamReply", "UpstreamRequest"]
 
 T = TypeVar("T")
+
+
+@dataclass(slots=True, frozen=True)
+class TurnContext:
+    """What the turn pipeline matched for a request, for upstreams that build the prompt
+    themselves (token-in/token-out); only filled when :attr:`Upstream.wants_context`.
+
+    ``base_ids`` are the recorded ids of the path the request's history extends (its
+    deepest matched node), None when nothing matched or that path lacks tokens;
+    ``base_sampled`` says that node is a sampled completion (the echoed assistant message),
+    ``base_ended_by_stop`` false when that completion was cut by length; the last
+    ``new_messages`` messages of the request match no recorded node. ``recorded`` says the
+    session has recorded messages before, ``root_role`` the role of its first one.
+    """
+
+    session_id: str
+    new_messages: int
+    base_ids: Sequence[int] | NDArray[np.int32] | None = None
+    base_sampled: bool = False
+    base_ended_by_stop: bool = True
+    recorded: bool = False
+    root_role: str | None = None
 
 
 @dataclass(slots=True)
@@ -42,6 +67,11 @@ class UpstreamRequest:
     payload: bytes
     stream: bool = False
     split: bool = True
+    #: The matched history (see :class:`TurnContext`); None unless the upstream wants it.
+    context: TurnContext | None = None
+    #: Facts the upstream reports about this call (e.g. ``"malformed_tool_call"``); the
+    #: pipeline records them on the committed :class:`~tracewire.trace.Call` ``flags``.
+    flags: list[str] = field(default_factory=list)
 
     def body(self) -> dict[str, Any]:
         """The payload decoded (for implementations that do not forward bytes)."""
@@ -90,6 +120,8 @@ class Upstream(ABC):
 
     #: Bodies above this size are parsed in a worker thread (see :meth:`offload`).
     thread_threshold_bytes: int = 256 * 1024
+    #: Whether requests carry a :class:`TurnContext` (costs a copy of the matched ids).
+    wants_context: bool = False
 
     async def start(self) -> None:  # noqa: B027 - optional hook, default does nothing
         """Open connections (called once by ``Proxy.start``)."""
@@ -119,6 +151,11 @@ class Upstream(ABC):
     async def count_tokens(self, body: dict[str, Any]) -> int:
         """Prompt tokens of a chat-completions request dict (``messages``, ``tools``,
         ``model``), as the upstream's chat template renders them."""
+
+    async def session_report(self, session_id: str, trace: Trace) -> dict[str, Any] | None:
+        """Facts about a finished session to record in its trace's ``info`` (the
+        token-in/token-out mismatch report); None by default. Called off the hot path."""
+        return None
 
     async def offload(self, size: int, fn: Callable[..., T], *args: Any) -> T:
         """``fn(*args)``, in a worker thread when ``size`` (bytes) is over

@@ -71,6 +71,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="runner factory 'module:attribute' (default: by env)")
     parser.add_argument("--base-url", default=None,
                         help="model server for real environments (default: built-in model)")
+    parser.add_argument("--tokenizer", default=None, metavar="DIR",
+                        help="token-in/token-out with this local tokenizer directory")
+    parser.add_argument("--upstream-api", choices=("completions", "generate", "sglang"),
+                        default=None, help="token-in endpoint with --tokenizer")
     parser.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
                         help="option for the runner factory (value parsed as JSON if it can be)")
 
@@ -87,6 +91,10 @@ def _options(args: argparse.Namespace) -> dict[str, Any]:
             out[key] = value
     if args.base_url:
         out["base_url"] = args.base_url
+    if args.tokenizer:
+        out["tokenizer"] = args.tokenizer
+    if args.upstream_api:
+        out["upstream_api"] = args.upstream_api
     return out
 
 

@@ -85,6 +85,9 @@ class IndexRow:
     # Appended columns (nullable, default NULL): trainer bookkeeping from episode.info.
     step: int | None = dataclasses.field(default=None, metadata={"sql": "INTEGER"})
     policy_version: int | None = dataclasses.field(default=None, metadata={"sql": "INTEGER"})
+    # Token-in/token-out: non-benign differences of the recorded ids from a canonical
+    # render (episode.info["tito_mismatch"]); NULL for pass-through runs.
+    tito_mismatch: int | None = dataclasses.field(default=None, metadata={"sql": "INTEGER"})
 
     @property
     def ref(self) -> RecordRef:
@@ -136,7 +139,8 @@ class IndexRow:
 #: Column name -> SQLite type, in table order (``seq`` is the implicit append order).
 COLUMNS: dict[str, str] = {f.name: f.metadata["sql"] for f in dataclasses.fields(IndexRow)}
 _JSON = ("rewards", "metrics")
-_NULLABLE = {"group_id", "stop", "started", "ended", "duration", "step", "policy_version"}
+_NULLABLE = {"group_id", "stop", "started", "ended", "duration", "step", "policy_version",
+             "tito_mismatch"}
 _PY = {"TEXT": (str,), "INTEGER": (int,), "REAL": (float, int)}
 _CHECK: dict[str, tuple[tuple[type, ...], bool]] = {
     n: (_PY[t.split()[0]], n in _NULLABLE) for n, t in COLUMNS.items()
@@ -290,5 +294,6 @@ def _row(
         crc=ref.crc,
         step=_int_info(e.info, "step"),
         policy_version=_int_info(e.info, "policy_version"),
+        tito_mismatch=_int_info(e.info, "tito_mismatch"),
     )
 

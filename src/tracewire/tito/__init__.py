@@ -12,6 +12,8 @@ canonical re-render.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ._errors import (
     BridgeError,
     TemplateError,
@@ -30,9 +32,12 @@ from ._history import (
 from ._mismatch import Difference, DifferenceKind, MismatchReport, mismatch_report
 from ._parse import ParsedCall, ParsedCompletion, parse_completion
 from ._render import PromptBuilder, Rendered
-from ._session import Plan, TokenSession
+from ._session import BranchTip, Plan, TokenSession
 from ._stream import StreamEvent, StreamParser
 from ._tokenizer import ChatTokenizer, IncrementalDecoder, chat_messages
+
+if TYPE_CHECKING:
+    from ._upstream import TokenUpstream
 
 
 def __getattr__(name: str) -> object:
@@ -44,6 +49,7 @@ def __getattr__(name: str) -> object:
     raise AttributeError(name)
 
 __all__ = [
+    "BranchTip",
     "BridgeError",
     "ChatTokenizer",
     "Continuation",

@@ -14,11 +14,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+from numpy.typing import NDArray
+
 from ._errors import BridgeError
-from ._history import Continuation, ConversationIndex, RecordedTurn, RerenderReason
+from ._history import Continuation, ConversationIndex, RecordedTurn, RerenderReason, _Buffer
 from ._render import PromptBuilder, Rendered
 
-__all__ = ["Plan", "TokenSession"]
+__all__ = ["BranchTip", "Plan", "TokenSession"]
 
 
 @dataclass(slots=True)
@@ -86,6 +89,55 @@ class TokenSession:
         plan.point = self.index.new_branch(r.ids)
         return plan
 
+    def plan_on(self, messages: Sequence[dict[str, Any]], tools: Sequence[Any] | None, *,
+                new: int, base_ids: Sequence[int] | None, base_sampled: bool,
+                ended_by_stop: bool = True, recorded: bool = False,
+                root_role: str | None = None) -> Plan:
+        """The prompt for ``messages`` given what the proxy matched: the last ``new``
+        messages are new, ``base_ids`` the recorded ids of the path the rest ends at
+        (``base_sampled``: it ends at the echoed assistant's sampled ids). Bridges from
+        those ids verbatim; otherwise re-renders whole with a reason (none for a first
+        turn). Plans made here are not recorded in :attr:`index` (the trace is the record);
+        a ``base_ids`` list becomes the plan's buffer (it is extended in place).
+        """
+        msgs = list(messages)
+        new_msgs = msgs[len(msgs) - new:] if new else []
+        if base_ids is not None:
+            # A list is taken over, not copied (the caller made it for this turn).
+            buf = _Buffer(base_ids if isinstance(base_ids, list) else list(base_ids))
+            base = RecordedTurn(buf, len(buf.ids), ended_by_stop)
+            if not new_msgs and not base_sampled and base.length:
+                plan = Plan(Continuation("same", base), base, None, msgs)
+                plan.point = base
+                return plan
+            if base_sampled and new_msgs:
+                try:
+                    r = self.builder.bridge(base.last_id if ended_by_stop else None,
+                                            base.length, new_msgs, tools)
+                except BridgeError:
+                    reason: RerenderReason | None = RerenderReason.TEMPLATE
+                else:
+                    self.bridges += 1
+                    plan = Plan(Continuation("bridge", base, new_msgs), base, r, msgs)
+                    plan.point = base.extended(r.ids)
+                    return plan
+            else:
+                reason = _why(msgs, new_msgs, base_sampled)
+        elif not recorded:
+            reason = None  # a first turn
+        elif new == len(msgs):
+            reason = (RerenderReason.SYSTEM_CHANGED
+                      if msgs and msgs[0].get("role") == "system" == root_role
+                      else RerenderReason.HISTORY_CHANGED)
+        else:
+            reason = _why(msgs, new_msgs, base_sampled)
+        if reason is not None:
+            self.rerenders[reason.value] += 1
+        r = self.builder.render_full(msgs, tools, reason=reason.value if reason else "")
+        plan = Plan(Continuation("full", None, msgs, reason), None, r, msgs)
+        plan.point = self.index.new_branch(r.ids)
+        return plan
+
     def commit(self, plan: Plan, assistant: dict[str, Any], completion: Sequence[int],
                ended_by_stop: bool) -> RecordedTurn:
         """Record the turn ``plan`` was sent for: the ``assistant`` message returned to the
@@ -93,3 +145,63 @@ class TokenSession:
         length)."""
         return self.index.record(plan.messages, plan.continuation.chain, plan.point,
                                  assistant, completion, ended_by_stop)
+
+
+def _why(msgs: list[dict[str, Any]], new_msgs: list[dict[str, Any]], base_sampled: bool
+         ) -> RerenderReason:
+    """Why a history that matched part of the record cannot be bridged."""
+    if not new_msgs:
+        # The request ends inside the record: it dropped turns off the end.
+        return RerenderReason.TRUNCATED
+    first = new_msgs[0].get("role")
+    if first == "assistant" or (not base_sampled and any(
+            m.get("role") == "assistant" for m in new_msgs)):
+        return RerenderReason.ASSISTANT_EDITED
+    if first == "system":
+        return RerenderReason.SYSTEM_CHANGED
+    return RerenderReason.HISTORY_CHANGED
+
+
+class BranchTip:
+    """A session's last served branch as a Python list (prompt + completion ids) with a
+    numpy mirror, lent to the next turn that extends it: behind the proxy each turn gets the
+    matched branch's ids as a numpy array, and converting that to Python ints every turn
+    costs O(tokens) object creation; checking it against the mirror is a memcmp."""
+
+    __slots__ = ("arr", "ids")
+
+    def __init__(self) -> None:
+        self.ids: list[int] | None = None
+        self.arr: NDArray[np.int32] | None = None
+
+    def take(self, base: Sequence[int] | NDArray[np.int32] | None) -> list[int] | None:
+        """A list of ``base``'s ids for the planner to own: the kept list when ``base`` is
+        a prefix of it (the usual next turn, or a fork), else a conversion. The tip is lent
+        out until :meth:`keep` (a concurrent turn of the session converts its own)."""
+        if base is None:
+            return None
+        if not isinstance(base, np.ndarray):
+            return list(base)
+        ids, arr = self.ids, self.arr
+        self.ids = self.arr = None
+        n = len(base)
+        if ids is not None and arr is not None and n <= len(arr) and np.array_equal(
+                arr[:n], base):
+            del ids[n:]  # a fork keeps only the shared prefix
+            return ids
+        out: list[int] = base.tolist()
+        return out
+
+    def keep(self, plan: Plan, base: Sequence[int] | NDArray[np.int32] | None,
+             completion: Sequence[int]) -> None:
+        """After the turn ``plan`` was sent for: its buffer + the ``completion`` ids become
+        the tip (``base``: the array the plan was taken from)."""
+        buf = plan.point.buffer.ids
+        if len(buf) != plan.point.length:
+            return  # not the buffer's tip (cannot happen for plan_on plans; be safe)
+        added = np.asarray([*buf[len(base):], *completion], dtype=np.int32) if (
+            isinstance(base, np.ndarray) and plan.base is not None) else None
+        buf.extend(completion)
+        self.arr = (np.concatenate([base, added]) if added is not None and isinstance(
+            base, np.ndarray) else np.asarray(buf, dtype=np.int32))
+        self.ids = buf

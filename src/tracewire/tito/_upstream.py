@@ -9,9 +9,14 @@ shape (``prompt_token_ids``, ``choices[0].token_ids``, ``logprobs.content`` with
 ``token_id:N`` tokens) — streamed as ``chat.completion.chunk`` s when asked, relaying text as
 the server streams and tool calls once they parse.
 
-One index serves every session here (the request carries no session identity yet), so a
-history that matches nothing is a new conversation; rendering runs in a worker thread,
-one at a time (the index is not shared across threads).
+Behind a :class:`~tracewire.proxy.Proxy` each request carries a
+:class:`~tracewire.proxy.TurnContext` (``wants_context``): the session and the recorded ids
+of the path its history extends, as the proxy matched them (the echoed assistant message
+found by its digest, never re-rendered). The prompt is then those ids verbatim + junction +
+the suffix of the new messages; a history the record cannot continue is rendered whole
+(a new branch), counted per session by reason. Without a context (the upstream used on its
+own) one shared :class:`~tracewire.tito.ConversationIndex` resolves histories. Rendering
+runs in a worker thread, one at a time.
 """
 
 from __future__ import annotations
@@ -19,14 +24,17 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from collections import OrderedDict
 from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import orjson
 
-from ..proxy._upstream_api import StreamChunk, Upstream, UpstreamReply, UpstreamRequest
+from ..proxy import StreamChunk, TurnContext, Upstream, UpstreamReply, UpstreamRequest
+from ..trace import Trace
 from ._codecs import (
     Generation,
     SamplingParams,
@@ -42,7 +50,8 @@ from ._family import LengthRule
 from ._history import ConversationIndex
 from ._parse import ParsedCompletion, parse_completion
 from ._render import PromptBuilder
-from ._session import Plan, TokenSession
+from ._report import session_report
+from ._session import BranchTip, Plan, TokenSession
 from ._stream import StreamParser
 from ._tokenizer import ChatTokenizer, IncrementalDecoder
 
@@ -64,6 +73,19 @@ def _logprobs(gen: Generation) -> dict[str, Any]:
                                                              strict=True)]}
 
 
+@dataclass(slots=True)
+class SessionState:
+    """What token-in/token-out keeps per proxy session: its planner (counting bridges and
+    re-renders by reason), the tools last sent, and the malformed tool calls returned."""
+
+    session: TokenSession
+    tip: BranchTip = field(default_factory=BranchTip)
+    tools: Any = None
+    malformed: int = 0
+    turns: int = 0
+    rerender_turns: list[int] = field(default_factory=list)
+
+
 class TokenUpstream(Upstream):
     """Token-in/token-out over a model server at ``base_url`` (no ``/v1``), rendering with
     the tokenizer directory ``tokenizer`` (or a ready :class:`PromptBuilder`)."""
@@ -71,7 +93,8 @@ class TokenUpstream(Upstream):
     def __init__(self, base_url: str, tokenizer: str | Path | PromptBuilder, *,
                  api: UpstreamApi | str = UpstreamApi.COMPLETIONS, model: str = "",
                  timeout_s: float = 600.0, default_max_tokens: int = 4096,
-                 length_rule: LengthRule = LengthRule.CLOSE) -> None:
+                 length_rule: LengthRule = LengthRule.CLOSE,
+                 max_sessions: int = 100_000) -> None:
         self.base_url = base_url.rstrip("/")
         self.builder = (tokenizer if isinstance(tokenizer, PromptBuilder)
                         else PromptBuilder(ChatTokenizer(tokenizer), length_rule=length_rule))
@@ -80,6 +103,8 @@ class TokenUpstream(Upstream):
         self.timeout_s = timeout_s
         self.default_max_tokens = default_max_tokens
         self.session = TokenSession(self.builder, ConversationIndex(shared=True))
+        self.max_sessions = max_sessions
+        self._states: OrderedDict[str, SessionState] = OrderedDict()
         self._http: aiohttp.ClientSession | None = None
         self._lock = asyncio.Lock()
 
@@ -110,13 +135,44 @@ class TokenUpstream(Upstream):
             top_logprobs=int(top) if isinstance(top, int) else 0,
             extra={k: body[k] for k in _SAMPLING if k in body})
 
-    async def _plan(self, body: dict[str, Any]) -> Plan:
+    wants_context = True
+
+    def state(self, session_id: str) -> SessionState:
+        """The per-session state of ``session_id`` (created on first use; the least
+        recently used goes once ``max_sessions`` are kept)."""
+        st = self._states.get(session_id)
+        if st is None:
+            st = self._states[session_id] = SessionState(
+                TokenSession(self.builder, ConversationIndex()))
+            while len(self._states) > self.max_sessions:
+                self._states.popitem(last=False)
+        else:
+            self._states.move_to_end(session_id)
+        return st
+
+    def _plan_sync(self, msgs: list[Any], tools: Any, ctx: TurnContext | None) -> Plan:
+        if ctx is None:
+            return self.session.plan(msgs, tools)
+        st = self.state(ctx.session_id)
+        st.tools = tools
+        plan = st.session.plan_on(msgs, tools, new=ctx.new_messages,
+                                  base_ids=st.tip.take(ctx.base_ids),
+                                  base_sampled=ctx.base_sampled,
+                                  ended_by_stop=ctx.base_ended_by_stop,
+                                  recorded=ctx.recorded, root_role=ctx.root_role)
+        if plan.reason is not None:
+            st.rerender_turns.append(st.turns)
+        st.turns += 1
+        return plan
+
+    async def _plan(self, body: dict[str, Any], request: UpstreamRequest) -> Plan:
         msgs = body.get("messages")
         if not isinstance(msgs, list) or not msgs:
             raise TemplateError("the request has no messages")
         async with self._lock:
             try:
-                return await asyncio.to_thread(self.session.plan, msgs, body.get("tools"))
+                return await asyncio.to_thread(self._plan_sync, msgs, body.get("tools"),
+                                               request.context)
             except (TemplateError, TruncatedTurnError) as exc:
                 raise _as_upstream_error(exc) from exc
 
@@ -134,7 +190,17 @@ class TokenUpstream(Upstream):
         return self.builder.tok.decode(plan.point.buffer.ids[
             max(0, plan.point.length - 4):plan.point.length]).rstrip().endswith("<think>")
 
-    async def _commit(self, plan: Plan, parsed: ParsedCompletion, gen: Generation) -> None:
+    async def _commit(self, plan: Plan, parsed: ParsedCompletion, gen: Generation,
+                      request: UpstreamRequest) -> None:
+        if parsed.malformed:
+            # The call is returned as the text the model wrote; the trace says so.
+            request.flags.append("malformed_tool_call")
+        ctx = request.context
+        if ctx is not None:
+            st = self.state(ctx.session_id)
+            st.malformed += len(parsed.malformed)
+            st.tip.keep(plan, ctx.base_ids, gen.ids)
+            return  # the proxy's trace records the turn; nothing to index here
         async with self._lock:
             self.session.commit(plan, parsed.as_message(), gen.ids, gen.ended_by_stop)
 
@@ -156,7 +222,7 @@ class TokenUpstream(Upstream):
     async def chat(self, request: UpstreamRequest) -> UpstreamReply:
         """One non-streamed turn (see module docstring)."""
         body = request.body()
-        plan = await self._plan(body)
+        plan = await self._plan(body, request)
         payload = encode_request(self.api, plan.prompt_ids, self._sampling(body),
                                  model=self.model, stream=False)
         data = await self._post(payload)
@@ -164,7 +230,7 @@ class TokenUpstream(Upstream):
         text = self.builder.tok.decode(gen.ids)
         parsed = parse_completion(text, self.builder.family,
                                   think_opened=self._think_opened(plan))
-        await self._commit(plan, parsed, gen)
+        await self._commit(plan, parsed, gen, request)
         return UpstreamReply(self._reply(plan, parsed, gen), None, None)
 
     async def _post(self, payload: dict[str, Any]) -> Any:
@@ -189,7 +255,7 @@ class TokenUpstream(Upstream):
         """One streamed turn: text relayed as the server streams, tool calls once parsed,
         each chunk carrying its ``token_ids`` and logprobs; prompt ids on the first."""
         body = request.body()
-        plan = await self._plan(body)
+        plan = await self._plan(body, request)
         cid = "chatcmpl-" + uuid.uuid4().hex
         if self.api is UpstreamApi.GENERATE:
             # Asked whole (its streamed shape is not documented), relayed as one chunk.
@@ -197,7 +263,7 @@ class TokenUpstream(Upstream):
                 self.api, plan.prompt_ids, self._sampling(body), model=self.model)))
             parsed = parse_completion(self.builder.tok.decode(gen.ids), self.builder.family,
                                       think_opened=self._think_opened(plan))
-            await self._commit(plan, parsed, gen)
+            await self._commit(plan, parsed, gen, request)
             msg = parsed.as_message()
             delta = {k: v for k, v in msg.items() if v is not None}
             if "tool_calls" in delta:
@@ -253,7 +319,7 @@ class TokenUpstream(Upstream):
         gen = dec.finish()
         events = parser.close()
         delta, n_calls = _delta(events, n_calls)
-        await self._commit(plan, parser.result, gen)
+        await self._commit(plan, parser.result, gen, request)
         yield self._chunk(cid, delta, [], [], _finish(gen, parser.result),
                           plan.prompt_ids if first else None,
                           usage={"prompt_tokens": plan.point.length,
@@ -282,6 +348,22 @@ class TokenUpstream(Upstream):
         """The one model this upstream serves."""
         return orjson.dumps({"object": "list", "data": [
             {"id": self.model or "model", "object": "model", "owned_by": "tracewire"}]})
+
+    async def session_report(self, session_id: str, trace: Trace) -> dict[str, Any] | None:
+        """The session's mismatch report (recorded ids vs a canonical render of each
+        branch's conversation, computed in a worker thread) with its bridge and re-render
+        counts: ``{"tito_mismatch": N, "tito": {...}}``. None for a session not served."""
+        st = self._states.get(session_id)
+        if st is None:
+            return None
+        st.tip = BranchTip()  # a finished session's ids need not stay in memory
+        async with self._lock:
+            rep = await asyncio.to_thread(session_report, self.builder, trace, st.tools)
+        tito = {**rep, "bridges": st.session.bridges,
+                "rerenders": dict(st.session.rerenders),
+                "rerender_turns": list(st.rerender_turns),
+                "malformed_tool_calls": st.malformed}
+        return {"tito_mismatch": int(rep["mismatch"]), "tito": tito}
 
     async def count_tokens(self, body: dict[str, Any]) -> int:
         """Prompt tokens of ``body`` as a full render (the template, not the bridge)."""

@@ -107,6 +107,9 @@ class Call(msgspec.Struct, kw_only=True, omit_defaults=True, gc=False):
     node: int | None = None
     prompt_node: int | None = None
     hooks: tuple[str, ...] = ()  # a tuple for the reason given on Node.links
+    #: What the upstream reported about the call (``"malformed_tool_call"``: a tool call
+    #: the model wrote did not parse and was returned as text).
+    flags: tuple[str, ...] = ()
 
 
 class Reward(msgspec.Struct, kw_only=True, omit_defaults=True, gc=False):

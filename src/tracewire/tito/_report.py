@@ -1,0 +1,56 @@
+"""A session's mismatch report: every branch of its trace against a canonical render.
+
+Plain CPU work over a finished (or paused) trace: run it in a worker thread. A branch that
+holds no sampled node, or lacks tokens, is skipped; at most ``max_branches`` (the newest)
+are compared, since each costs a full render and a sequence diff.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from ..trace import Message, Trace
+from ._mismatch import mismatch_report
+from ._render import PromptBuilder
+
+__all__ = ["chat_dict", "session_report"]
+
+
+def chat_dict(m: Message) -> dict[str, Any]:
+    """A trace message as the OpenAI chat message a template renders."""
+    d: dict[str, Any] = {"role": m.role, "content": m.content}
+    if m.reasoning is not None:
+        d["reasoning_content"] = m.reasoning
+    if m.tool_calls:
+        d["tool_calls"] = [{"id": t.id, "type": t.type or "function",
+                            "function": {"name": t.name, "arguments": t.arguments}}
+                           for t in m.tool_calls]
+    if m.tool_call_id is not None:
+        d["tool_call_id"] = m.tool_call_id
+    if m.name is not None:
+        d["name"] = m.name
+    return d
+
+
+def session_report(builder: PromptBuilder, trace: Trace, tools: Any = None, *,
+                   max_branches: int = 64) -> dict[str, Any]:
+    """``{"mismatch", "by_kind", "branches", "recorded_tokens", "canonical_tokens"}`` summed
+    over the trace's branches (see :func:`~tracewire.tito.mismatch_report`)."""
+    by_kind: Counter[str] = Counter()
+    mismatch = rec = canon = n = 0
+    leaves = [i for i in trace.leaves() if trace.nodes[i].sampled][-max_branches:]
+    for leaf in leaves:
+        br = trace.branch(leaf)
+        if not all(trace.nodes[i].has_tokens for i in br.nodes) or not len(br):
+            continue
+        msgs = [chat_dict(trace.nodes[i].message) for i in br.nodes]
+        rep = mismatch_report(builder, br.ids.tolist(), [bool(x) for x in br.mask.tolist()],
+                              msgs, tools)
+        by_kind.update(rep.by_kind)
+        mismatch += rep.mismatch
+        rec += rep.recorded_tokens
+        canon += rep.canonical_tokens
+        n += 1
+    return {"mismatch": mismatch, "by_kind": dict(by_kind), "branches": n,
+            "recorded_tokens": rec, "canonical_tokens": canon}
