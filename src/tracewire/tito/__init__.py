@@ -30,10 +30,10 @@ from ._history import (
     message_digest,
 )
 from ._mismatch import Difference, DifferenceKind, MismatchReport, mismatch_report
-from ._parse import ParsedCall, ParsedCompletion, parse_completion
+from ._parse import ParsedCall, ParsedCompletion
 from ._render import PromptBuilder, Rendered
 from ._session import BranchTip, Plan, TokenSession
-from ._stream import StreamEvent, StreamParser
+from ._stream import StreamEvent, StreamParser, parse_completion
 from ._tokenizer import ChatTokenizer, IncrementalDecoder, chat_messages
 
 if TYPE_CHECKING:

@@ -18,7 +18,7 @@ from typing import Any
 
 import orjson
 
-__all__ = ["Continuation", "ConversationIndex", "RecordedTurn", "RerenderReason",
+__all__ = ["Continuation", "ConversationIndex", "IdBuffer", "RecordedTurn", "RerenderReason",
            "message_digest"]
 
 
@@ -86,7 +86,9 @@ def _chain(messages: Sequence[dict[str, Any]],
     return out
 
 
-class _Buffer:
+class IdBuffer:
+    """A branch's recorded ids, one growing list shared by the turns that extend it."""
+
     __slots__ = ("ids",)
 
     def __init__(self, ids: list[int]) -> None:
@@ -98,7 +100,7 @@ class RecordedTurn:
     """A point of a branch: the first ``length`` ids of ``buffer`` are what the model saw
     (and sampled) up to here; ``ended_by_stop`` is false for a length-cut completion."""
 
-    buffer: _Buffer
+    buffer: IdBuffer
     length: int
     ended_by_stop: bool = True
     branch: int = 0
@@ -116,14 +118,14 @@ class RecordedTurn:
         """The point after ``added`` ids: appended in place at the tip, copied at a fork."""
         buf = self.buffer
         if len(buf.ids) != self.length:
-            buf = _Buffer(buf.ids[: self.length])
+            buf = IdBuffer(buf.ids[: self.length])
         buf.ids.extend(added)
         return RecordedTurn(buf, len(buf.ids), ended_by_stop, self.branch)
 
     @staticmethod
     def root(ids: Sequence[int], branch: int) -> RecordedTurn:
         """A new branch starting with ``ids``."""
-        return RecordedTurn(_Buffer(list(ids)), len(ids), True, branch)
+        return RecordedTurn(IdBuffer(list(ids)), len(ids), True, branch)
 
 
 @dataclass(slots=True)

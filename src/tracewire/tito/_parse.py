@@ -17,9 +17,7 @@ from typing import Any
 
 import orjson
 
-from ._family import Family
-
-__all__ = ["ParsedCall", "ParsedCompletion", "parse_completion", "parse_llama_calls",
+__all__ = ["ParsedCall", "ParsedCompletion", "parse_llama_calls",
            "parse_tool_json", "strip_stop"]
 
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
@@ -108,17 +106,3 @@ def strip_stop(text: str, stop_texts: Sequence[str]) -> str:
         if s and text.endswith(s):
             return text[: -len(s)]
     return text
-
-
-def parse_completion(text: str, family: Family, *, think_opened: bool = False
-                     ) -> ParsedCompletion:
-    """The assistant message in ``text`` (decoded with special tokens kept);
-    ``think_opened`` when the generation prompt ended inside a ``<think>`` block. The same
-    state machine as :class:`~tracewire.tito.StreamParser`, fed at once, so a streamed and a
-    whole answer always agree."""
-    from ._stream import StreamParser
-
-    p = StreamParser(family, think_opened=think_opened)
-    p.feed(text)
-    p.close()
-    return p.result

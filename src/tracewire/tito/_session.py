@@ -18,7 +18,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ._errors import BridgeError
-from ._history import Continuation, ConversationIndex, RecordedTurn, RerenderReason, _Buffer
+from ._history import Continuation, ConversationIndex, IdBuffer, RecordedTurn, RerenderReason
 from ._render import PromptBuilder, Rendered
 
 __all__ = ["BranchTip", "Plan", "TokenSession"]
@@ -104,7 +104,7 @@ class TokenSession:
         new_msgs = msgs[len(msgs) - new:] if new else []
         if base_ids is not None:
             # A list is taken over, not copied (the caller made it for this turn).
-            buf = _Buffer(base_ids if isinstance(base_ids, list) else list(base_ids))
+            buf = IdBuffer(base_ids if isinstance(base_ids, list) else list(base_ids))
             base = RecordedTurn(buf, len(buf.ids), ended_by_stop)
             if not new_msgs and not base_sampled and base.length:
                 plan = Plan(Continuation("same", base), base, None, msgs)

@@ -26,7 +26,7 @@ from ._parse import (
     strip_stop,
 )
 
-__all__ = ["StreamEvent", "StreamParser"]
+__all__ = ["StreamEvent", "StreamParser", "parse_completion"]
 
 
 @dataclass(slots=True)
@@ -201,3 +201,15 @@ class StreamParser:
             self._text(buf[: len(buf) - keep], out)
             self._buf = buf[len(buf) - keep:]
             return
+
+
+def parse_completion(text: str, family: Family, *, think_opened: bool = False
+                     ) -> ParsedCompletion:
+    """The assistant message in ``text`` (decoded with special tokens kept);
+    ``think_opened`` when the generation prompt ended inside a ``<think>`` block. The same
+    state machine as :class:`~tracewire.tito.StreamParser`, fed at once, so a streamed and a
+    whole answer always agree."""
+    p = StreamParser(family, think_opened=think_opened)
+    p.feed(text)
+    p.close()
+    return p.result

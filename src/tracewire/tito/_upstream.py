@@ -48,11 +48,11 @@ from ._codecs import (
 from ._errors import TemplateError, TruncatedTurnError, UpstreamShapeError
 from ._family import LengthRule
 from ._history import ConversationIndex
-from ._parse import ParsedCompletion, parse_completion
+from ._parse import ParsedCompletion
 from ._render import PromptBuilder
 from ._report import session_report
 from ._session import BranchTip, Plan, TokenSession
-from ._stream import StreamParser
+from ._stream import StreamParser, parse_completion
 from ._tokenizer import ChatTokenizer, IncrementalDecoder
 
 __all__ = ["TokenUpstream"]
