@@ -6,10 +6,8 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
-import aiohttp
 import orjson
 
-from .._errors import ProxyError
 from ._dialect import Adapter, Streamer, UpReq, up_from_dict
 from ._graph import Outcome
 from ._http import BadRequest, sse
@@ -28,7 +26,7 @@ from ._validate import (
     type_name,
 )
 
-__all__ = ["AnthropicAdapter", "count_tokens_request"]
+__all__ = ["AnthropicAdapter"]
 
 _STOP = {"stop": "end_turn", "tool_calls": "tool_use", "length": "max_tokens",
          "content_filter": "refusal"}
@@ -334,30 +332,3 @@ class AnthropicAdapter(Adapter):
 
     def streamer(self, up: UpReq) -> Streamer:
         return _AnthropicStreamer(up)
-
-
-async def count_tokens_request(client: aiohttp.ClientSession, upstream: str, up: UpReq,
-                               headers: dict[str, str]) -> int:
-    """Prompt tokens of a request: the upstream's ``/tokenize`` (vLLM) when it has one,
-    otherwise a one-token generation's ``usage.prompt_tokens``."""
-    body = up.as_dict()
-    root = upstream[:-3] if upstream.endswith("/v1") else upstream
-    req = {"model": body.get("model", ""), "messages": body["messages"],
-           "add_generation_prompt": True}
-    if body.get("tools"):
-        req["tools"] = body["tools"]
-    try:
-        async with client.post(root + "/tokenize", json=req, headers=headers) as r:
-            if r.status == 200:
-                d = await r.json()
-                if isinstance(d, dict) and isinstance(d.get("count"), int):
-                    return int(d["count"])
-        probe = {**{k: v for k, v in body.items() if k != "stream"}, "max_tokens": 1}
-        async with client.post(upstream + "/chat/completions", json=probe,
-                               headers=headers) as r:
-            d = await r.json(content_type=None)
-            if r.status == 200 and isinstance(d, dict):
-                return int(d.get("usage", {}).get("prompt_tokens", 0))
-            raise ProxyError(f"upstream cannot count tokens (status {r.status})")
-    except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
-        raise ProxyError(f"upstream cannot count tokens: {exc}") from exc

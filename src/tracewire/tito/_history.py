@@ -18,6 +18,8 @@ from typing import Any
 
 import orjson
 
+from ._tokenizer import decoded_arguments
+
 __all__ = ["Continuation", "ConversationIndex", "IdBuffer", "RecordedTurn", "RerenderReason",
            "message_digest"]
 
@@ -42,16 +44,6 @@ def _text(content: Any) -> Any:
     return content
 
 
-def _args(arguments: Any) -> Any:
-    # Echoed arguments are often re-serialized ({"a":1} vs {"a": 1}); compare them as values.
-    if isinstance(arguments, str):
-        try:
-            return orjson.loads(arguments)
-        except orjson.JSONDecodeError:
-            return arguments
-    return arguments
-
-
 def message_digest(m: dict[str, Any]) -> bytes:
     """Digest of what makes two chat messages the same turn (reasoning excluded: harnesses
     often drop it when they resend history)."""
@@ -59,7 +51,7 @@ def message_digest(m: dict[str, Any]) -> bytes:
     for tc in m.get("tool_calls") or ():
         fn = tc.get("function") or {}
         tcs.append((str(tc.get("id") or ""), str(fn.get("name") or ""),
-                    _args(fn.get("arguments", ""))))
+                    decoded_arguments(fn.get("arguments", ""))))
     canon = (m.get("role"), _text(m.get("content")), tcs, m.get("tool_call_id") or "",
              m.get("name") or "")
     data = orjson.dumps(canon, option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS)

@@ -19,7 +19,7 @@ import orjson
 
 from ._errors import TemplateError, TitoUnavailableError
 
-__all__ = ["ChatTokenizer", "IncrementalDecoder", "chat_messages"]
+__all__ = ["ChatTokenizer", "IncrementalDecoder", "chat_messages", "decoded_arguments"]
 
 _EXTRA_HINT = "token-in/token-out needs the optional extra: pip install 'tracewire[tito]'"
 
@@ -39,9 +39,10 @@ def _import_auto_tokenizer() -> Any:
     return AutoTokenizer
 
 
-def _decoded_args(arguments: Any) -> Any:
-    # Templates expect tool-call arguments as a mapping (they re-serialize it with tojson);
-    # OpenAI-style clients send a JSON string. Text that is not JSON stays text.
+def decoded_arguments(arguments: Any) -> Any:
+    """Tool-call arguments as a JSON value: templates expect a mapping (they re-serialize it
+    with tojson) and echoed text is compared as a value ({"a":1} vs {"a": 1}); OpenAI-style
+    clients send a JSON string. Text that is not JSON stays text."""
     if isinstance(arguments, str):
         try:
             return orjson.loads(arguments)
@@ -69,7 +70,7 @@ def chat_messages(messages: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
             for tc in tcs:
                 tc = dict(tc)
                 fn = dict(tc.get("function") or {})
-                fn["arguments"] = _decoded_args(fn.get("arguments", {}))
+                fn["arguments"] = decoded_arguments(fn.get("arguments", {}))
                 tc["function"] = fn
                 calls.append(tc)
             d["tool_calls"] = calls
