@@ -19,6 +19,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import orjson
 from aiohttp import web
 
@@ -245,7 +246,7 @@ async def _tokens(request: web.Request) -> web.Response:
     extra = param_str(q, "extra")
     src = request.app[SOURCE]
 
-    def work() -> tuple[bytes | dict[str, Any], int, int, int]:
+    def work() -> tuple[bytes | dict[str, Any], int, int, int, dict[str, str]]:
         ep, live = _find(src, eid)
         t = _trace_index(request, ep)
         if extra is not None and extra not in heat_columns(ep.traces[t]):
@@ -253,10 +254,16 @@ async def _tokens(request: web.Request) -> web.Response:
         cols = src.branch_columns(ep, live, t, _leaf(request, ep, t), extra)
         body, total = token_window(cols, start, end, fmt, kinds=kinds)
         s = min(start, total)
-        return body, total, s, min(end, total)
+        more: dict[str, str] = {}
+        if "extra" in cols and cols["extra"].size and np.isfinite(cols["extra"]).any():
+            # The scale of the heat: the column's range over the whole branch.
+            finite = cols["extra"][np.isfinite(cols["extra"])]
+            more = {"X-Extra-Min": repr(float(finite.min())), "X-Extra-Max": repr(float(finite.max()))}
+        return body, total, s, min(end, total), more
 
-    body, total, s, e = await asyncio.to_thread(work)
-    headers = {"X-Token-Total": str(total), "X-Token-Start": str(s), "X-Token-End": str(e)}
+    body, total, s, e, more = await asyncio.to_thread(work)
+    headers = {"X-Token-Total": str(total), "X-Token-Start": str(s), "X-Token-End": str(e),
+               **more}
     if isinstance(body, bytes):
         return web.Response(body=body, content_type="application/octet-stream", headers=headers)
     return json_response(body, headers=headers)
