@@ -81,8 +81,8 @@ export class TokenView {
         el("span", {}, el("span", { class: "swatch", style: "background:hsl(0,70%,78%)" }), " p≈0"),
         el("span", {}, el("span", { class: "swatch", style: "background:hsl(120,70%,78%)" }), " p≈1 (trained)"),
         el("span", {}, el("span", { class: "swatch", style: "background:#eceff3" }), " prompt"),
-        el("span", {}, el("span", { class: "swatch tok k3", style: "background-color:#c9dafc" }), " junction"),
-        el("span", {}, el("span", { class: "swatch tok k2", style: "background-color:#d5d8dc" }), " sampled, not trained")),
+        el("span", {}, el("span", { class: "swatch k3", style: "background-color:#c9dafc" }), " junction"),
+        el("span", {}, el("span", { class: "swatch k2", style: "background-color:#d5d8dc" }), " sampled, not trained")),
       this.box, this.info);
     this.box.addEventListener("scroll", () => this.schedule());
     this.box.addEventListener("mouseover", (ev) => this.hover(ev.target));
