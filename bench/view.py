@@ -5,7 +5,9 @@ ViewServer — in-memory columnar table, vectorized filter, cached lexsort, prim
 of the page. "cold" clears the cached ordering before each request (first request of a new
 sort/filter); "warm" pages within an ordering. ``baseline``: the same page as one SQL query
 on the store's index (``WHERE ... ORDER BY <col>, seq LIMIT 50 OFFSET k`` plus ``COUNT(*)``),
-as a viewer paging SQLite directly would do it. Usage: ``python bench/view.py [--runs 5]``.
+as a viewer paging SQLite directly would do it. The RL views (groups of a 10,000-episode
+run, diffs of 1,000-turn episodes) are measured by ``_view_rl.py``. Usage:
+``python bench/view.py [--runs 5] [--part index|rl|all]``.
 """
 
 from __future__ import annotations
@@ -106,4 +108,12 @@ async def main(runs: int) -> None:
 if __name__ == "__main__":
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=5)
-    asyncio.run(main(ap.parse_args().runs))
+    ap.add_argument("--part", choices=("index", "rl", "all"), default="all",
+                    help="index: episode-table pages; rl: groups and diffs (see _view_rl.py)")
+    args = ap.parse_args()
+    if args.part in ("index", "all"):
+        asyncio.run(main(args.runs))
+    if args.part in ("rl", "all"):
+        import _view_rl
+
+        asyncio.run(_view_rl.main(args.runs))

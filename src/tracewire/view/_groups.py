@@ -150,6 +150,11 @@ class GroupTable:
         self._lock = threading.Lock()
         self._built: _Built | None = None
 
+    def drop(self) -> None:
+        """Forget the computed groups, so the next request rebuilds them (benches)."""
+        with self._lock:
+            self._built = None
+
     def _current(self) -> _Built:
         snap = self.index.snapshot()
         with self._lock:

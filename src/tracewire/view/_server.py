@@ -36,6 +36,8 @@ class ViewServer:
         self.port = port
         self.poll_interval = poll_interval
         self.app: web.Application | None = None
+        #: The event loop serving (set by :meth:`start`; benches watch it for stalls).
+        self.loop: asyncio.AbstractEventLoop | None = None
         self._runner: web.AppRunner | None = None
 
     @property
@@ -55,6 +57,7 @@ class ViewServer:
 
     async def start(self) -> None:
         """Bind and start serving (port 0 picks a free port, reflected in ``.url``)."""
+        self.loop = asyncio.get_running_loop()
         self.app = build_app(self.run_dir, poll_interval=self.poll_interval,
                              compare=self.compare)
         # Open event streams never end by themselves: do not wait a minute for them on stop.
