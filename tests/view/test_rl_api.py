@@ -127,7 +127,8 @@ async def test_diff_points_at_the_first_differing_token(tmp_path: Path, turns: i
     assert tok["a"]["ids"][k] + 1 == tok["b"]["ids"][k]
     assert tok["a"]["logprobs"][k] == pytest.approx(-0.01 * (at_token + 1))
     assert tok["a"]["ids"][:k] == tok["b"]["ids"][:k]
-    assert d["rest_a"][0]["index"] == msg and d["rest_b"][0]["message"]["content"].endswith("(other)")
+    assert d["rest_a"][0]["index"] == msg
+    assert d["rest_b"][0]["message"]["content"].endswith("(other)")
     assert ident["identical"] and ident["token"] is None and ident["first_message"] is None
 
 
@@ -219,8 +220,8 @@ def chatml_episode(tok: ChatTokenizer) -> tuple[Episode, dict[str, Any]]:
     after = [close, *junction, *tok.encode("<|im_start|>user\nok")]
     tr.add_node(Message(role="user", content="ok"), parent=b, ids=after,
                 extra={"entropy": np.zeros(len(after), dtype=np.float32)})
-    return ep, {"prompt": tr.nodes[u].end, "answer": len(ans), "junction": len(junction), "tool": len(tool),
-                "cut": len(cut), "after": len(after)}
+    return ep, {"prompt": tr.nodes[u].end, "answer": len(ans), "junction": len(junction),
+                "tool": len(tool), "cut": len(cut), "after": len(after)}
 
 
 async def test_token_kinds_mark_junctions_and_masked_samples(tmp_path: Path) -> None:

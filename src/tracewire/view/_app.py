@@ -258,7 +258,8 @@ async def _tokens(request: web.Request) -> web.Response:
         if "extra" in cols and cols["extra"].size and np.isfinite(cols["extra"]).any():
             # The scale of the heat: the column's range over the whole branch.
             finite = cols["extra"][np.isfinite(cols["extra"])]
-            more = {"X-Extra-Min": repr(float(finite.min())), "X-Extra-Max": repr(float(finite.max()))}
+            more = {"X-Extra-Min": repr(float(finite.min())),
+                    "X-Extra-Max": repr(float(finite.max()))}
         return body, total, s, min(end, total), more
 
     body, total, s, e, more = await asyncio.to_thread(work)
