@@ -11,6 +11,7 @@ logprobs and mask. Pure and O(path): runs in a worker thread.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import numpy as np
@@ -26,6 +27,8 @@ BEFORE = 24
 AFTER = 40
 #: Messages sent per side after the shared prefix (and of the shared prefix itself).
 MAX_SIDE = 400
+#: Message pairs compared between two offers of the GIL to the event loop.
+YIELD_EVERY = 128
 
 
 def _starts(trace: Trace, path: list[int]) -> NDArray[np.int64]:
@@ -53,6 +56,8 @@ def _window(trace: Trace, path: list[int], start: int, end: int) -> dict[str, An
 
 
 def _first_diff(x: NDArray[Any], y: NDArray[Any]) -> int | None:
+    if len(x) == len(y) and x.tobytes() == y.tobytes():
+        return None  # the common case, without numpy's per-call overhead
     n = min(len(x), len(y))
     neq = np.flatnonzero(x[:n] != y[:n])
     if neq.size:
@@ -72,6 +77,8 @@ def diff_episodes(a: Episode, ta: int, leaf_a: int, b: Episode, tb: int, leaf_b:
     tok: dict[str, Any] | None = None
     ids_a, ids_b = tra.tokens.ids, trb.tokens.ids
     for k in range(n):
+        if k % YIELD_EVERY == YIELD_EVERY - 1:
+            time.sleep(0)  # let the event loop's thread have the GIL between slices
         na, nb = tra.nodes[pa[k]], trb.nodes[pb[k]]
         if first_msg is None and (na.message != nb.message or na.sampled != nb.sampled):
             first_msg = k
@@ -94,11 +101,15 @@ def diff_episodes(a: Episode, ta: int, leaf_a: int, b: Episode, tb: int, leaf_b:
 
     def messages(tr: Trace, path: list[int], starts: NDArray[np.int64], lo: int
                  ) -> list[dict[str, Any]]:
-        hi = min(len(path), lo + MAX_SIDE)
-        return [{"index": k, "node": path[k], "sampled": tr.nodes[path[k]].sampled,
-                 "start": int(starts[k]), "end": int(starts[k + 1]),
-                 "message": message_json(tr.nodes[path[k]].message)}
-                for k in range(lo, hi)]  # fmt: skip
+        out = []
+        for k in range(lo, min(len(path), lo + MAX_SIDE)):
+            if k % YIELD_EVERY == YIELD_EVERY - 1:
+                time.sleep(0)
+            node = tr.nodes[path[k]]
+            out.append({"index": k, "node": path[k], "sampled": node.sampled,
+                        "start": int(starts[k]), "end": int(starts[k + 1]),
+                        "message": message_json(node.message)})
+        return out
 
     shared_lo = max(0, shared - MAX_SIDE)
     return {

@@ -26,6 +26,7 @@ from ._groups import GROUP_SORTS, GroupQuery
 from ._http import (
     ID_RE,
     bad_request,
+    json_bytes,
     json_response,
     not_found,
     param_choice,
@@ -66,9 +67,9 @@ async def _groups(request: web.Request) -> web.Response:
     q = _group_query(request.query)
     src = request.app[SOURCE]
 
-    def work() -> tuple[dict[str, Any], float]:
+    def work() -> tuple[bytes, float]:
         t0 = time.perf_counter()
-        return src.groups.page(q), (time.perf_counter() - t0) * 1000
+        return json_bytes(src.groups.page(q)), (time.perf_counter() - t0) * 1000
 
     page, ms = await asyncio.to_thread(work)
     return json_response(page, headers=_timed(ms))
@@ -81,9 +82,10 @@ async def _group(request: web.Request) -> web.Response:
     q = _group_query(request.query)
     src = request.app[SOURCE]
 
-    def work() -> tuple[dict[str, Any] | None, float]:
+    def work() -> tuple[bytes | None, float]:
         t0 = time.perf_counter()
-        return src.groups.group(key, q), (time.perf_counter() - t0) * 1000
+        got = src.groups.group(key, q)
+        return (None if got is None else json_bytes(got)), (time.perf_counter() - t0) * 1000
 
     got, ms = await asyncio.to_thread(work)
     if got is None:
@@ -119,7 +121,7 @@ async def _diff(request: web.Request) -> web.Response:
     other = param_str(q, "b_run")
     reg = request.app[RUNS]
 
-    def work() -> tuple[dict[str, Any], float]:
+    def work() -> tuple[bytes, float]:
         t0 = time.perf_counter()
         src_b = src if other is None else reg.get(other)
         if src_b is None:
@@ -128,7 +130,8 @@ async def _diff(request: web.Request) -> web.Response:
         b = _episode(src_b, param_str(q, "b"), "b")
         ta, la = _side(q, a, "ta", "la")
         tb, lb = _side(q, b, "tb", "lb")
-        return diff_episodes(a, ta, la, b, tb, lb), (time.perf_counter() - t0) * 1000
+        got = json_bytes(diff_episodes(a, ta, la, b, tb, lb))
+        return got, (time.perf_counter() - t0) * 1000
 
     got, ms = await asyncio.to_thread(work)
     return json_response(got, headers=_timed(ms))
@@ -154,14 +157,14 @@ async def _compare(request: web.Request) -> web.Response:
     offset = param_int(q, "offset", 0, lo=0, hi=10**9)
     limit = param_int(q, "limit", 200, lo=1, hi=MAX_TASKS)
 
-    def work() -> dict[str, Any]:
+    def work() -> bytes:
         src_b = reg.get(name)
         if src_b is None:
             raise not_found(f"no run {name!r} offered (see /api/runs)")
         out = compare(reg.main.index.snapshot(), sel_a, src_b.index.snapshot(), sel_b,
                       sort=sort, order=order, offset=offset, limit=limit)
         out["a"]["run"], out["b"]["run"] = reg.name, name
-        return out
+        return json_bytes(out)
 
     return json_response(await asyncio.to_thread(work))
 
