@@ -37,9 +37,10 @@ def main(out: Path) -> None:
         base = Path(tmp)
         train = make_train_run(base / "train")
         a, b = make_eval_runs(base / "eval-a", base / "eval-b")
-        qwen = build_tokenizer_dir(base / "qwen25", "qwen25")
-        ep, _ = chatml_episode(ChatTokenizer(qwen))
-        in_thread(write_run(base / "tito", [ep], meta={"name": "tito", "tokenizer": str(qwen)}))
+        ep, _ = chatml_episode(ChatTokenizer(build_tokenizer_dir(base / "qwen25", "qwen25")))
+        in_thread(write_run(base / "tito", [ep], meta={"name": "tito", "tokenizer": "qwen25"}))
+        # Named relative to the run (no machine path in the picture): a copy next to it.
+        build_tokenizer_dir(base / "tito" / "qwen25", "qwen25")
         rows = open_run(a).rows()
         mixed = next(g for g in {r.group_id for r in rows}
                      if len({r.reward for r in rows if r.group_id == g}) > 1)
@@ -64,7 +65,7 @@ def main(out: Path) -> None:
             with ViewServer.run_in_thread(base / "tito") as srv:
                 shoot(page, f"{srv.url}/#/episodes/{ep.id}?tab=tokens", out / "tokens.png",
                       "[data-testid=token-view] .tok")
-                page.get_by_test_id("view-tabs").scroll_into_view_if_needed()
+                page.evaluate("window.scrollTo(0, 410)")
                 page.locator(".tok[data-kind='3']").first.hover()
                 page.screenshot(path=str(out / "tokens.png"))
             browser.close()

@@ -46,8 +46,12 @@ export async function renderRun(app, params) {
   for (const f of FILTERS) state[f] = params.get(f) || "";
 
   // Times in the run metadata are epoch seconds; show them as dates.
-  const metaValue = (k, v) => (typeof v === "number" && /^(created|started|ended|finished)/.test(k)
-    ? fmtTime(v) : typeof v === "object" ? JSON.stringify(v) : String(v));
+  const metaValue = (k, v) => {
+    if (typeof v === "number" && /^(created|started|ended|finished)/.test(k)) return fmtTime(v);
+    const text = typeof v === "object" ? JSON.stringify(v) : String(v);
+    // Long values (a run's config) are cut so the card leaves room for the plots.
+    return text.length > 90 ? el("span", { title: text }, text.slice(0, 88) + "…") : text;
+  };
   const metaBox = el("dl", { class: "kv card", "data-testid": "run-meta" },
     el("dt", {}, "run"), el("dd", {}, info.dir),
     el("dt", {}, "episodes"), el("dd", { "data-testid": "run-count" }, fmtNum(info.episodes)),
