@@ -249,3 +249,26 @@ async def test_token_kinds_mark_junctions_and_masked_samples(tmp_path: Path) -> 
     assert (lo, hi) == (0.0, 2.0)
     assert summary["traces"][0]["extra"] == ["entropy"]
     assert math.isclose(body["logprobs"][n["prompt"]], -3.0)
+
+
+async def test_cli_view_of_two_runs_offers_the_second(eval_runs: tuple[Path, Path]) -> None:
+    import asyncio
+    import sys
+
+    a, b = eval_runs
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "tracewire", "view", str(a), str(b), "--port", "0",
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    try:
+        assert proc.stdout is not None
+        line = (await asyncio.wait_for(proc.stdout.readline(), 60)).decode()
+        url = line.rsplit(" at ", 1)[1].strip()
+        async with aiohttp.ClientSession() as s:
+            runs = await get_json(s, url + "/api/runs")
+            d = await get_json(s, url + "/api/compare")
+        assert runs["default"] == b.name and d["b"]["run"] == b.name
+        assert {r["task_key"]: r["diff"] for r in d["rows"]} == pytest.approx(
+            expected_compare(a, b))
+    finally:
+        proc.terminate()
+        await proc.wait()

@@ -6,8 +6,10 @@ Routes (all GET):
 ``known: false``); ``/api/episodes`` (index page); ``/api/facets``; ``/api/stats``;
 ``/api/steps`` (per-step reward and mismatch of a train run);
 ``/api/episodes/{id}``; ``.../traces/{t}/timing``; ``.../traces/{t}/branches/{leaf}``
-(nodes, paged); ``.../traces/{t}/branches/{leaf}/tokens`` (token window, binary or JSON);
-``/api/events`` (server-sent events: live episodes, or one episode with ``?episode=``).
+(nodes, paged); ``.../traces/{t}/branches/{leaf}/tokens`` (token window, binary or JSON;
+``kinds=1`` adds each token's kind, ``extra=NAME`` an extra column);
+``/api/events`` (server-sent events: live episodes, or one episode with ``?episode=``);
+the RL routes (groups, diff, runs, compare) are in :mod:`._rl`.
 """
 
 from __future__ import annotations
