@@ -92,6 +92,34 @@ def test_group_page_rewards_and_advantages(view_page: Any, train_run: Path) -> N
     assert page.errors == []
 
 
+def test_keys_from_a_group_to_its_episodes_and_back(view_page: Any, train_run: Path) -> None:
+    page = view_page
+    key = next(iter(expected_groups(train_run)))
+    with ViewServer.run_in_thread(train_run) as srv:
+        page.goto(f"{srv.url}/#/groups/{key.replace('/', '%2F')}")
+        roll = page.get_by_test_id("rollout-row")
+        expect(roll).to_have_count(3)
+        order = [str(roll.nth(i).get_attribute("data-id")) for i in range(3)]
+        page.keyboard.press("j")
+        page.keyboard.press("Enter")
+        expect(page.get_by_test_id("episode-id")).to_have_text(order[0])
+        page.keyboard.press("n")
+        expect(page.get_by_test_id("episode-id")).to_have_text(order[1])
+        page.keyboard.press("p")
+        expect(page.get_by_test_id("episode-id")).to_have_text(order[0])
+        page.keyboard.press("p")
+        expect(page.get_by_test_id("episode-id")).to_have_text(order[2])  # wraps around
+        page.keyboard.press("2")
+        expect(page.get_by_test_id("token-view")).to_be_visible()
+        page.keyboard.press("u")
+        expect(page.get_by_test_id("group-key")).to_have_text(key)
+        page.keyboard.press("?")
+        expect(page.get_by_test_id("keys-help")).to_contain_text("next group")
+        page.keyboard.press("g")
+        expect(page.get_by_test_id("group-row")).to_have_count(len(expected_groups(train_run)))
+    assert page.errors == []
+
+
 def test_diff_page_points_at_the_first_differing_token(view_page: Any, tmp_path: Path) -> None:
     at_turn, at_token = 1, 7
     a, b = diff_pair(3, at_turn, at_token)
@@ -259,9 +287,12 @@ def test_group_page_updates_live(view_page: Any, tmp_path: Path) -> None:
     try:
         w.call(w.start())
         w.call(w.begin(0, rewards[0]))
-        w.call(w.finish())
         with ViewServer.run_in_thread(tmp_path / "live", poll_interval=0.1) as srv:
+            # Opened while its first rollout still runs: nothing stored, one running.
             page.goto(f"{srv.url}/#/groups/live-g")
+            expect(page.get_by_test_id("group-waiting")).to_be_visible()
+            expect(page.get_by_test_id("group-live-row")).to_have_count(1)
+            w.call(w.finish())
             roll = page.get_by_test_id("rollout-row")
             expect(roll).to_have_count(1)
             for k in (1, 2):
@@ -278,7 +309,10 @@ def test_group_page_updates_live(view_page: Any, tmp_path: Path) -> None:
                 assert float(str(best.get_attribute("data-value"))) == pytest.approx(
                     (have.max() - have.mean()) / (sd + 1e-6))
             w.call(w.close())
-        assert page.errors == []
+        # The one 404 is the group asked for before any rollout of it was stored (Chromium
+        # logs every failed load); anything else is a page error.
+        assert [e for e in page.errors if "404 (Not Found)" not in e] == []
+        assert len(page.errors) <= 1
     finally:
         w.stop()
 

@@ -64,17 +64,19 @@ export async function renderDiff(app, params) {
   const div = app.querySelector("[data-testid=diverge]");
   if (div) div.scrollIntoView({ block: "nearest" });
 
-  // n / p: B steps through the other rollouts of A's group.
-  let siblings = [];
-  if (d.a.group_id) {
-    try { siblings = (await api("/api/groups/" + encodeURIComponent(d.a.group_id))).rollouts.map((r) => r.id).filter((id) => id !== a); }
-    catch (err) { siblings = []; }
-  }
-  const step = (k) => {
+  // n / p: B steps through the other rollouts of A's group (fetched on first use).
+  let siblings = null;
+  const step = async (k) => {
+    if (siblings === null) {
+      siblings = [];
+      if (d.a.group_id) {
+        try { siblings = (await api("/api/groups/" + encodeURIComponent(d.a.group_id))).rollouts.map((r) => r.id).filter((id) => id !== a); }
+        catch (err) { siblings = []; }
+      }
+    }
     if (!siblings.length) return;
     const i = siblings.indexOf(b);
-    const next = siblings[(i + k + siblings.length) % siblings.length];
-    location.hash = `#/diff?a=${a}&b=${next}`;
+    location.hash = `#/diff?a=${a}&b=${siblings[(i + k + siblings.length) % siblings.length]}`;
   };
   setKeys({ n: ["B: next rollout of the group", () => step(1)], p: ["B: previous rollout of the group", () => step(-1)],
     s: ["swap A and B", () => { location.hash = `#/diff?a=${b}&b=${a}`; }] });

@@ -203,9 +203,6 @@ export async function renderEpisode(app, id, params) {
     await renderTrace();
   }
 
-  branchSel.addEventListener("change", () => { st.leaf = Number(branchSel.value); renderTrace(); });
-  await renderTrace();
-
   // n / p: the next / previous rollout of this episode's group (best first, as listed there).
   let siblings = null;
   const sibling = async (k) => {
@@ -220,6 +217,9 @@ export async function renderEpisode(app, id, params) {
   setKeys({ n: ["next rollout of the group", () => sibling(1)], p: ["previous rollout of the group", () => sibling(-1)],
     "1": ["conversation", tabKey("chat")], "2": ["tokens", tabKey("tokens")], "3": ["timing", tabKey("timing")],
     u: ["up to the group", () => { location.hash = "#/groups/" + encodeURIComponent(groupKey); }] });
+  branchSel.addEventListener("change", () => { st.leaf = Number(branchSel.value); renderTrace(); });
+  await renderTrace();
+
 
   let events = null, queue = Promise.resolve();
   if (ep.stale) setStatus("needs repair");

@@ -162,7 +162,13 @@ export async function renderGroup(app, key, params) {
       el("td", {}, `g ${r.group_index}`), el("td", {}, `${fmtNum(r.n_nodes)} nodes`), el("td", {}, `${fmtNum(r.n_tokens)} tokens`)))))] : []));
   }
 
-  await load();
+  try { await load(); } catch (err) {
+    // A group whose rollouts are all still running has no stored row yet: wait for one.
+    if (err.status !== 404) throw err;
+    header.replaceChildren(el("p", { class: "muted", "data-testid": "group-waiting" },
+      `no stored rollout of group ${key} yet; waiting for the run to store one`));
+    g = { group: key, group_id: key.startsWith("task:") ? null : key, rollouts: [], next: null, prev: null };
+  }
   tableNav(() => [...table.querySelectorAll("tbody tr")]);
   setKeys({ n: ["next group", () => go(g.next)], p: ["previous group", () => go(g.prev)],
     d: ["diff best vs worst", () => { const r = g.rollouts; if (r.length > 1) location.hash = `#/diff?a=${r[0].id}&b=${r[r.length - 1].id}`; }] });
