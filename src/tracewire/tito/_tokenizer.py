@@ -10,6 +10,8 @@ its metadata (built by :mod:`tracewire.tito._gguf`). ``transformers`` renders th
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import json
 import os
 from collections.abc import Sequence
@@ -21,9 +23,43 @@ import orjson
 from ._errors import TemplateError, TitoUnavailableError
 from ._gguf import is_gguf, load_gguf
 
-__all__ = ["ChatTokenizer", "IncrementalDecoder", "chat_messages", "decoded_arguments"]
+__all__ = ["ChatTokenizer", "IncrementalDecoder", "chat_messages", "check_tokenizer",
+           "decoded_arguments"]
 
 _EXTRA_HINT = "token-in/token-out needs the optional extra: pip install 'tracewire[tito]'"
+
+
+def check_tokenizer(path: str | Path) -> str:
+    """Check, without loading it, that ``path`` names a tokenizer directory or a GGUF file
+    and that the extra it needs is installed: its kind (``"dir"`` or ``"gguf"``), else
+    :class:`TemplateError` / :class:`TitoUnavailableError` with a one-line reason (what the
+    command line prints)."""
+    p = Path(path)
+    if p.is_file():
+        if not is_gguf(p):
+            raise TemplateError(f"{p}: a file that is not GGUF (expected a tokenizer "
+                                "directory or a GGUF file)")
+        kind = "gguf"
+    elif p.is_dir():
+        if not (p / "tokenizer.json").is_file():
+            raise TemplateError(f"{p}: no tokenizer.json (expected a tokenizer directory or "
+                                "a GGUF file)")
+        kind = "dir"
+    else:
+        raise TemplateError(f"{p}: no such tokenizer directory or GGUF file")
+    for mod in ("tokenizers", "jinja2", *(("gguf",) if kind == "gguf" else ())):
+        try:
+            importlib.import_module(mod)  # small: importing is the honest check
+        except ImportError as exc:
+            raise TitoUnavailableError(f"{_EXTRA_HINT} ({exc})") from exc
+    try:
+        # transformers costs ~0.4 s to import: only find it here, the loader imports it.
+        found = importlib.util.find_spec("transformers") is not None
+    except (ImportError, ValueError):
+        found = False
+    if not found:
+        raise TitoUnavailableError(f"{_EXTRA_HINT} (No module named 'transformers')")
+    return kind
 
 
 def _import_transformers() -> Any:
