@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import struct
 import tempfile
 import threading
 from dataclasses import dataclass
@@ -117,7 +118,8 @@ def _read(path: Path) -> dict[str, Any]:
         raise TitoUnavailableError(f"{_HINT} ({exc})") from exc
     try:
         reader = gguf.GGUFReader(str(path), "r")
-    except (OSError, ValueError, KeyError, IndexError) as exc:
+    except (OSError, ValueError, KeyError, IndexError, TypeError, EOFError,
+            struct.error) as exc:  # a damaged file fails deep inside gguf's parser
         raise TemplateError(f"{path}: not a readable GGUF file: {exc}") from exc
     f = reader.fields
     meta = {
