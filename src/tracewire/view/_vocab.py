@@ -3,10 +3,9 @@
 The page fetches the table once (``/api/vocab``) and looks every id up locally, so a
 1 M-token branch costs the server nothing per id. The table is built in a worker thread on
 first request and kept (one run, one tokenizer). Which tokenizer a run used: the directory
-named by ``tokenizer`` in the run's config (``Run.create(meta=...)``, kept under
-``meta["config"]``; token-in/token-out runs), else the built-in model's when the config's
-``model`` names it; otherwise the page shows ids only. ``tokenizer`` may also name a GGUF
-file, loaded with the same ``tito.ChatTokenizer`` (whatever files it accepts).
+or GGUF file named by ``tokenizer`` in the run's config (``Run.create(meta=...)``, kept
+under ``meta["config"]``; token-in/token-out runs), else the built-in model's when the config's
+``model`` names it; otherwise the page shows ids only.
 """
 
 from __future__ import annotations
@@ -33,8 +32,8 @@ SLICE = 4096
 
 @dataclass(frozen=True)
 class TokenizerRef:
-    """Which tokenizer a run used: ``kind`` "builtin", "dir" or "gguf" (with ``path``), or
-    None with the ``reason`` no tokenizer is known."""
+    """Which tokenizer a run used: ``kind`` "builtin" or "dir" (a directory or GGUF file, with
+    ``path``), or None with the ``reason`` no tokenizer is known."""
 
     kind: str | None
     name: str
@@ -59,15 +58,19 @@ def resolve_tokenizer(meta: dict[str, Any], run_dir: Path) -> TokenizerRef:
         path = Path(named)
         # A relative directory is taken from where the run was made, else next to the run.
         for cand in (path, run_dir / path) if not path.is_absolute() else (path,):
-            if (cand / "tokenizer.json").is_file():
+            if (cand / "tokenizer.json").is_file() or (cand.is_file() and _is_gguf(cand)):
                 return TokenizerRef("dir", str(named), cand.resolve())
-            if cand.suffix.lower() == ".gguf" and cand.is_file():
-                return TokenizerRef("gguf", str(named), cand.resolve())
         return TokenizerRef(None, str(named),
                             reason=f"tokenizer directory {named!r} not found (ids only)")
     if config.get("model", meta.get("model")) == MODEL_NAME:
         return TokenizerRef("builtin", MODEL_NAME)
     return TokenizerRef(None, "", reason="the run records no tokenizer (ids only)")
+
+
+def _is_gguf(path: Path) -> bool:
+    from ..tito import is_gguf
+
+    return is_gguf(path)
 
 
 def _builtin_table() -> tuple[list[str], list[int]]:
@@ -152,7 +155,7 @@ class VocabTable:
         with self._lock:
             if not self._boundary_done:
                 self._boundary_done = True
-                if self.ref.kind in ("dir", "gguf"):
+                if self.ref.kind == "dir":
                     try:
                         self._boundary = _boundary(self._tokenizer())
                     except ValueError:
