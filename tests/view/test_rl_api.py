@@ -272,3 +272,24 @@ async def test_cli_view_of_two_runs_offers_the_second(eval_runs: tuple[Path, Pat
     finally:
         proc.terminate()
         await proc.wait()
+
+
+async def test_gguf_tokenizer_gives_text_and_junctions(tmp_path: Path) -> None:
+    from tracewire.tito.fixtures import build_gguf_file
+
+    path = build_gguf_file(tmp_path / "qwen25.gguf", "qwen25")
+    tok = ChatTokenizer(path)
+    ep, n = chatml_episode(tok)
+    await write_run(tmp_path / "run", [ep], meta={"name": "gguf", "tokenizer": str(path)})
+    leaf = len(ep.traces[0].nodes) - 1
+    async with ViewServer(tmp_path / "run") as srv, aiohttp.ClientSession() as s:
+        info = await get_json(s, srv.url + "/api/run")
+        vocab = await get_json(s, srv.url + "/api/vocab")
+        body = await get_json(s, f"{srv.url}/api/episodes/{ep.id}/traces/0/branches/{leaf}"
+                                 "/tokens?format=json&kinds=1")
+    assert info["tokenizer"]["known"] and vocab["size"] == tok.vocab_size
+    ids = ep.traces[0].tokens.ids.tolist()
+    assert "".join(vocab["pieces"][i] for i in ids) == tok.decode(ids)
+    junction_at = n["prompt"] + n["answer"]
+    assert body["kind"][junction_at : junction_at + n["junction"]] == [3] * n["junction"]
+    assert body["kind"].count(3) == 2 * n["junction"] + 1
