@@ -112,10 +112,11 @@ async def main(runs: int) -> None:
 # The RL views (--part rl): groups of a 10,000-episode run, diffs of two
 # 1,000-turn episodes, and the server loop's worst stall meanwhile.
 #
-# ``ours``: the request's wall time as the client sees it (``GET`` to last byte, loopback), the
-# server on its own loop thread. "cold" = the first request after the groups were dropped (the
-# group table is rebuilt from the index table) or, for diffs, with both episodes read from the
-# segment and decoded (pairs cycle through more episodes than the viewer caches); "warm" =
+# ``ours``: the request's wall time as the client sees it (``GET`` to last byte, loopback;
+# the client in another process), the server on its own loop thread. "cold" = the first
+# request after the groups were dropped (the group table is rebuilt from the index table)
+# or, for diffs, with both episodes read from the segment and decoded (pairs cycle through
+# more episodes than the viewer caches); "warm" =
 # the same request again. ``baseline``: the same answer as SQL on the store's index
 # (``GROUP BY group_id`` for the list, ``WHERE group_id = ?`` for a page), which is what a
 # viewer without the in-memory table would run. The loop stall is the largest overshoot of a
@@ -182,6 +183,38 @@ async def _wall(s: aiohttp.ClientSession, url: str) -> float:
     return (time.perf_counter() - t0) * 1e3
 
 
+class RemoteClient:
+    """An HTTP client in another process (``view.py --client``), so its parsing never holds
+    this process's GIL while the server's loop is watched: one URL per line in, one wall
+    time in ms per line out."""
+
+    async def __aenter__(self) -> RemoteClient:
+        self.proc = await asyncio.create_subprocess_exec(
+            sys.executable, __file__, "--client", stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+        await self.proc.wait()
+
+    async def get(self, url: str) -> float:
+        """Wall time of ``GET url`` as the other process saw it."""
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(url.encode() + b"\n")
+        await self.proc.stdin.drain()
+        return float((await self.proc.stdout.readline()).decode())
+
+
+async def client_main() -> None:
+    """The ``--client`` side of :class:`RemoteClient`."""
+    loop = asyncio.get_running_loop()
+    async with aiohttp.ClientSession() as s:
+        while line := await loop.run_in_executor(None, sys.stdin.readline):
+            print(f"{await _wall(s, line.strip()):.4f}", flush=True)
+
+
 async def _lag_monitor(stop: asyncio.Event, out: list[float]) -> None:
     while not stop.is_set():
         t0 = time.perf_counter()
@@ -227,7 +260,7 @@ async def rl_main(runs: int) -> None:
                 mon.result(timeout=10)
                 stop = asyncio.Event()
                 mon = asyncio.run_coroutine_threadsafe(_lag_monitor(stop, lags), gsrv_loop(srv))
-                async with aiohttp.ClientSession() as s:
+                async with RemoteClient() as s:
                     if name == "groups":
                         await _group_cases(s, srv, bases, runs)
                     else:
@@ -248,7 +281,7 @@ def gsrv_loop(srv: ViewServer) -> asyncio.AbstractEventLoop:
     return srv.loop
 
 
-async def _group_cases(s: aiohttp.ClientSession, srv: ViewServer, bases: tuple[float, float],
+async def _group_cases(s: RemoteClient, srv: ViewServer, bases: tuple[float, float],
                        runs: int) -> None:
     groups = srv.source.groups
     cases = {"list_first_page": "/api/groups",
@@ -262,18 +295,18 @@ async def _group_cases(s: aiohttp.ClientSession, srv: ViewServer, bases: tuple[f
             for _ in range(runs):
                 if mode == "cold":
                     groups.drop()
-                times.append(await _wall(s, srv.url + url))
+                times.append(await s.get(srv.url + url))
             emit("view", f"groups_10k_{case}", f"request_{mode}_ms", "ms",
                  statistics.median(times), base, "lower", runs)
 
 
-async def _diff_cases(s: aiohttp.ClientSession, srv: ViewServer, eps: list[Episode],
+async def _diff_cases(s: RemoteClient, srv: ViewServer, eps: list[Episode],
                       runs: int) -> None:
     pairs = [(eps[i].id, eps[i + 1].id) for i in range(0, len(eps), 2)]
-    cold = [await _wall(s, f"{srv.url}/api/diff?a={a}&b={b}")
+    cold = [await s.get(f"{srv.url}/api/diff?a={a}&b={b}")
             for a, b in (pairs * runs)[: 3 * runs]]
     a, b = pairs[0]
-    warm = [await _wall(s, f"{srv.url}/api/diff?a={a}&b={b}") for _ in range(runs)]
+    warm = [await s.get(f"{srv.url}/api/diff?a={a}&b={b}") for _ in range(runs)]
     emit("view", "diff_1000_turns", "request_cold_ms", "ms", statistics.median(cold), None,
          "lower", len(cold))
     emit("view", "diff_1000_turns", "request_warm_ms", "ms", statistics.median(warm), None,
@@ -285,8 +318,12 @@ if __name__ == "__main__":
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--part", choices=("index", "rl", "all"), default="all",
-                    help="index: episode-table pages; rl: groups and diffs (see _view_rl.py)")
+                    help="index: episode-table pages; rl: groups and diffs (see rl_main)")
+    ap.add_argument("--client", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.client:
+        asyncio.run(client_main())
+        sys.exit(0)
     if args.part in ("index", "all"):
         asyncio.run(main(args.runs))
     if args.part in ("rl", "all"):
