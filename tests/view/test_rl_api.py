@@ -12,6 +12,7 @@ import aiohttp
 import numpy as np
 import pytest
 
+from tracewire.store import open_run
 from tracewire.tito import ChatTokenizer, probe_family
 from tracewire.tito.fixtures import build_tokenizer_dir
 from tracewire.trace import Episode, Message
@@ -155,6 +156,20 @@ async def test_compare_two_eval_runs_per_task(eval_runs: tuple[Path, Path]) -> N
         assert diffs == sorted(diffs)  # worse first
         assert d["worse"] == sum(1 for v in want.values() if v < -1e-9)
         assert d["better"] == sum(1 for v in want.values() if v > 1e-9)
+        # Each row names A's best and B's worst rollout of its task, for a diff across runs.
+        ra, rb = open_run(a).rows(), open_run(b).rows()
+        for r in d["rows"]:
+            mine_a = [x.reward for x in ra if x.task_key == r["task_key"]]
+            mine_b = [x.reward for x in rb if x.task_key == r["task_key"]]
+            assert next(x.reward for x in ra if x.episode_id == r["a_id"]) == max(mine_a)
+            assert next(x.reward for x in rb if x.episode_id == r["b_id"]) == min(mine_b)
+        r0 = d["rows"][0]
+        cross = await get_json(s, f"{srv.url}/api/diff?a={r0['a_id']}&b={r0['b_id']}"
+                                  f"&b_run={b.name}")
+        assert cross["same_task"] and cross["b"]["id"] == r0["b_id"]
+        assert [m["message"]["role"] for m in cross["shared_messages"]][:2] == ["system", "user"]
+        await get_json(s, f"{srv.url}/api/diff?a={r0['a_id']}&b={r0['b_id']}", 404)
+        await get_json(s, f"{srv.url}/api/diff?a={r0['a_id']}&b={r0['b_id']}&b_run=zz", 404)
         desc = await get_json(s, srv.url + "/api/compare?sort=diff&order=desc")
         assert [r["diff"] for r in desc["rows"]] == sorted(diffs, reverse=True)
         by_task = await get_json(s, srv.url + "/api/compare?sort=task_key")
@@ -170,8 +185,6 @@ async def test_compare_two_eval_runs_per_task(eval_runs: tuple[Path, Path]) -> N
 
 
 async def test_compare_step_ranges_of_one_train_run(train_run: Path) -> None:
-    from tracewire.store import open_run
-
     rows = open_run(train_run).rows()
 
     def means(step: int) -> dict[str, float]:

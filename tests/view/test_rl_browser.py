@@ -234,6 +234,15 @@ def test_run_against_run_page(view_page: Any, eval_runs: tuple[Path, Path]) -> N
         page.get_by_test_id("col-diff").click()
         expect(page.get_by_test_id("col-diff")).to_have_class("sorted-desc")
         expect(rows.first).to_have_attribute("data-task", max(want, key=lambda t: (want[t], t)))
+        # A row's diff link: A's best rollout of the task against B's worst, across runs.
+        page.get_by_test_id("col-diff").click()
+        expect(page.get_by_test_id("col-diff")).to_have_class("sorted-asc")
+        page.get_by_test_id("compare-diff-link").first.click()
+        expect(page.get_by_test_id("diff-side-b")).to_contain_text(f"run {b.name}")
+        expect(page.get_by_test_id("diff-where")).to_contain_text("same task")
+        assert page.get_by_test_id("diff-shared").get_by_test_id("bubble").count() >= 2
+        page.go_back()
+        expect(rows).to_have_count(len(want))
         # Picking this run itself as B: every difference is 0.
         page.get_by_test_id("compare-run").select_option(a.name)
         expect(page.get_by_test_id("compare-counts")).to_contain_text(f"{len(want)} same")

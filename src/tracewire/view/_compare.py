@@ -35,7 +35,10 @@ class Selection:
         return {"step_min": self.step_min, "step_max": self.step_max}
 
 
-def _per_task(s: Snapshot, sel: Selection) -> tuple[dict[str, tuple[float, int]], int]:
+def _per_task(s: Snapshot, sel: Selection, best: bool
+              ) -> tuple[dict[str, tuple[float, int, int]], int]:
+    # Per task: mean reward, episodes, and the seq of its best (or worst) episode, the one a
+    # diff of the two sides starts from (earliest on ties).
     r = s.num["reward"]
     keep = ~np.isnan(r)
     step = s.num.get("step")
@@ -48,30 +51,37 @@ def _per_task(s: Snapshot, sel: Selection) -> tuple[dict[str, tuple[float, int]]
         keep &= False
     values = s.values["task_key"]
     codes = s.codes["task_key"][keep].astype(np.int64)
-    sums = np.bincount(codes, weights=r[keep], minlength=len(values))
+    rk, seq = r[keep], s.seq[keep]
+    sums = np.bincount(codes, weights=rk, minlength=len(values))
     counts = np.bincount(codes, minlength=len(values))
-    out = {str(values[c]): (float(sums[c] / counts[c]), int(counts[c]))
+    order = np.lexsort((seq, -rk if best else rk, codes))
+    first = np.flatnonzero(np.r_[True, codes[order][1:] != codes[order][:-1]]) if len(
+        order) else np.empty(0, dtype=np.int64)
+    pick = dict(zip(codes[order][first].tolist(), seq[order][first].tolist(), strict=True))
+    out = {str(values[c]): (float(sums[c] / counts[c]), int(counts[c]), int(pick[c]))
            for c in np.flatnonzero(counts).tolist()}
     return out, int(keep.sum())
 
 
-def _mean(d: dict[str, tuple[float, int]]) -> float | None:
-    n = sum(c for _, c in d.values())
-    return sum(m * c for m, c in d.values()) / n if n else None
+def _mean(d: dict[str, tuple[float, int, int]]) -> float | None:
+    n = sum(c for _, c, _ in d.values())
+    return sum(m * c for m, c, _ in d.values()) / n if n else None
 
 
 def compare(a: Snapshot, sel_a: Selection, b: Snapshot, sel_b: Selection, *, sort: str = "diff",
             order: str = "asc", offset: int = 0, limit: int = 100) -> dict[str, Any]:
-    """Per-task rows ``{task_key, a, a_n, b, b_n, diff}`` (one page, sorted; tasks on one
-    side only have ``diff: null`` and sort last) and a summary of both sides."""
-    ta, na = _per_task(a, sel_a)
-    tb, nb = _per_task(b, sel_b)
+    """Per-task rows ``{task_key, a, a_n, b, b_n, diff, a_seq, b_seq}`` (one page, sorted;
+    tasks on one side only have ``diff: null`` and sort last; ``a_seq`` is A's best episode
+    of the task, ``b_seq`` B's worst) and a summary of both sides."""
+    ta, na = _per_task(a, sel_a, best=True)
+    tb, nb = _per_task(b, sel_b, best=False)
     rows: list[dict[str, Any]] = []
     for task in sorted(set(ta) | set(tb)):
-        ma, ca = ta.get(task, (None, 0))
-        mb, cb = tb.get(task, (None, 0))
+        ma, ca, sa = ta.get(task, (None, 0, None))
+        mb, cb, sb = tb.get(task, (None, 0, None))
         diff = None if ma is None or mb is None else mb - ma
-        rows.append({"task_key": task, "a": ma, "a_n": ca, "b": mb, "b_n": cb, "diff": diff})
+        rows.append({"task_key": task, "a": ma, "a_n": ca, "b": mb, "b_n": cb, "diff": diff,
+                     "a_seq": sa, "b_seq": sb})
 
     def key(r: dict[str, Any]) -> Any:
         v = r["task_key"] if sort == "task_key" else (

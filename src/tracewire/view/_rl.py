@@ -164,6 +164,12 @@ async def _compare(request: web.Request) -> web.Response:
         out = compare(reg.main.index.snapshot(), sel_a, src_b.index.snapshot(), sel_b,
                       sort=sort, order=order, offset=offset, limit=limit)
         out["a"]["run"], out["b"]["run"] = reg.name, name
+        # The page's rows link a diff of A's best against B's worst episode of the task.
+        for side, src in (("a", reg.main), ("b", src_b)):
+            seqs = [r[side + "_seq"] for r in out["rows"] if r[side + "_seq"] is not None]
+            ids = dict(src.run().index_at(seqs, ["seq", "episode_id"])) if seqs else {}
+            for r in out["rows"]:
+                r[side + "_id"] = ids.get(r.pop(side + "_seq"))
         return json_bytes(out)
 
     return json_response(await asyncio.to_thread(work))

@@ -49,13 +49,16 @@ export async function renderCompare(app, params) {
     const head = (k, l, first) => sortHeader(state, k, l, load, first);
     table.replaceChildren(
       el("thead", {}, el("tr", {}, head("task_key", "task"), head("a", "A reward", "desc"), el("th", {}, "A n"),
-        head("b", "B reward", "desc"), el("th", {}, "B n"), head("diff", "B − A"))),
+        head("b", "B reward", "desc"), el("th", {}, "B n"), head("diff", "B − A"), el("th", {}, "diff"))),
       el("tbody", {}, ...d.rows.map((r) => el("tr", { class: "clickable", "data-testid": "compare-row", "data-task": r.task_key,
         onclick: () => { location.hash = "#/groups?q=" + encodeURIComponent(r.task_key); } },
       el("td", {}, r.task_key), el("td", { class: "num" }, fmtNum(r.a)), el("td", { class: "num" }, fmtNum(r.a_n)),
       el("td", { class: "num" }, fmtNum(r.b)), el("td", { class: "num" }, fmtNum(r.b_n)),
       el("td", { class: "num " + (r.diff === null ? "" : r.diff < -1e-9 ? "neg" : r.diff > 1e-9 ? "pos" : ""),
-        "data-testid": "compare-diff", "data-value": r.diff ?? "" }, r.diff === null ? "–" : (r.diff > 0 ? "+" : "") + fmtNum(r.diff))))));
+        "data-testid": "compare-diff", "data-value": r.diff ?? "" }, r.diff === null ? "–" : (r.diff > 0 ? "+" : "") + fmtNum(r.diff)),
+      el("td", {}, r.a_id && r.b_id ? el("a", { "data-testid": "compare-diff-link", title: "A's best rollout of the task against B's worst",
+        href: `#/diff?a=${r.a_id}&b=${r.b_id}` + (d.b.run === d.a.run ? "" : `&b_run=${encodeURIComponent(d.b.run)}`),
+        onclick: (ev) => ev.stopPropagation() }, "A best vs B worst") : "–")))));
   }
   tableNav(() => [...table.querySelectorAll("tbody tr")]);
   await load();

@@ -6,9 +6,12 @@ import { bubble } from "./episode.js";
 import { loadVocab, showPiece } from "./tokens.js";
 import { setKeys } from "./keys.js";
 
-function sideHead(s, label) {
+function sideHead(s, label, run) {
+  // An episode of another run has no page in this viewer: name it and its run instead.
+  const id = run ? el("span", { title: s.id, "data-testid": "diff-id-" + label }, s.id.slice(0, 12))
+    : el("a", { href: "#/episodes/" + s.id, "data-testid": "diff-id-" + label }, s.id.slice(0, 12));
   return el("div", { class: "card", "data-testid": "diff-side-" + label },
-    el("b", {}, label.toUpperCase() + " "), el("a", { href: "#/episodes/" + s.id, "data-testid": "diff-id-" + label }, s.id.slice(0, 12)),
+    el("b", {}, label.toUpperCase() + " "), run ? el("span", { class: "muted" }, `run ${run} · `) : null, id,
     el("span", { class: "muted" }, ` · ${s.task_key} · g ${s.group_index ?? "–"} · `),
     el("span", { "data-testid": "diff-reward-" + label }, "reward " + fmtNum(s.reward)),
     el("span", { class: "muted" }, ` · stop ${s.stop ?? "–"} · ${s.n_nodes} messages`));
@@ -28,11 +31,11 @@ function context(win, at, vocab, label) {
 }
 
 export async function renderDiff(app, params) {
-  const a = params.get("a"), b = params.get("b");
+  const a = params.get("a"), b = params.get("b"), bRun = params.get("b_run");
   const qs = new URLSearchParams([...params].filter(([k]) => ["a", "b", "ta", "tb", "la", "lb", "b_run"].includes(k)));
   const [d, vocab] = await Promise.all([api("/api/diff?" + qs), loadVocab()]);
   const parts = [el("h2", {}, "Diff of two rollouts"),
-    el("div", { class: "sides" }, sideHead(d.a, "a"), sideHead(d.b, "b"))];
+    el("div", { class: "sides" }, sideHead(d.a, "a", null), sideHead(d.b, "b", bRun))];
   const where = d.identical ? "the two branches are identical"
     : d.first_message === null ? "messages are equal; token ids differ"
     : `they part at message ${d.first_message}`;
@@ -69,7 +72,7 @@ export async function renderDiff(app, params) {
   const step = async (k) => {
     if (siblings === null) {
       siblings = [];
-      if (d.a.group_id) {
+      if (d.a.group_id && !bRun) {
         try { siblings = (await api("/api/groups/" + encodeURIComponent(d.a.group_id))).rollouts.map((r) => r.id).filter((id) => id !== a); }
         catch (err) { siblings = []; }
       }
@@ -79,7 +82,7 @@ export async function renderDiff(app, params) {
     location.hash = `#/diff?a=${a}&b=${siblings[(i + k + siblings.length) % siblings.length]}`;
   };
   setKeys({ n: ["B: next rollout of the group", () => step(1)], p: ["B: previous rollout of the group", () => step(-1)],
-    s: ["swap A and B", () => { location.hash = `#/diff?a=${b}&b=${a}`; }] });
+    ...(bRun ? {} : { s: ["swap A and B", () => { location.hash = `#/diff?a=${b}&b=${a}`; }] }) });
   setStatus("");
   return () => {};
 }
