@@ -25,7 +25,8 @@ function context(win, at, vocab, label) {
     const title = `pos ${pos} · id ${id}${piece !== null ? " · text " + JSON.stringify(piece) : ""} · logprob ${lp === null ? "–" : lp.toFixed(4)}`;
     return el("span", { class: "tok" + (pos === at ? " diverge" : ""), style: `background:${bg}`, title,
       "data-pos": pos, "data-id": id, "data-lp": lp ?? "", "data-testid": pos === at ? "diverge-" + label : null },
-    piece !== null ? showPiece(piece) : String(id));
+    el("span", { class: "t" }, piece !== null ? showPiece(piece) : String(id)),
+    el("span", { class: "lp" }, lp === null ? "–" : lp.toFixed(2)));
   });
   return el("div", { class: "ctx", "data-testid": "ctx-" + label }, ...cells);
 }
