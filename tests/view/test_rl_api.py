@@ -87,10 +87,12 @@ async def test_groups_of_a_train_run_with_the_trainers_advantages(train_run: Pat
 
 
 async def test_group_of_episodes_without_a_group_id_is_their_task(tmp_path: Path) -> None:
-    eps = [rollout([[5, 6]], group=None, task="solo", index=i, reward=float(i)) for i in range(3)]
+    eps = [rollout([[5, 6]], group=None, task="solo é/1", index=i, reward=float(i))
+           for i in range(3)]
     await write_pairs(tmp_path / "run", eps)
     async with ViewServer(tmp_path / "run") as srv, aiohttp.ClientSession() as s:
-        body = await get_json(s, srv.url + "/api/groups/task:solo")
+        body = await get_json(s, srv.url + "/api/groups/task:solo%20%C3%A9%2F1")
+        await get_json(s, srv.url + "/api/groups/" + "x" * 600, 404)
     assert [r["reward"] for r in body["rollouts"]] == [2.0, 1.0, 0.0]
     sd = float(np.std([0.0, 1.0, 2.0]))
     assert [r["advantage"] for r in body["rollouts"]] == pytest.approx(

@@ -42,8 +42,9 @@ __all__ = ["add_rl_routes"]
 #: Groups per list page at most; per-task rows per compare page at most.
 MAX_GROUPS = 500
 MAX_TASKS = 2000
-#: A group key: a group id (train ids hold slashes) or ``task:<task_key>``.
-GROUP_RE = re.compile(r"^[\x21-\x7e][\x20-\x7e]{0,511}$")
+#: A group key: a group id (train ids hold slashes) or ``task:<task_key>``; only looked up in
+#: a dict, so any text without control characters, bounded.
+GROUP_RE = re.compile(r"^[^\x00-\x1f\x7f]{1,512}$")
 
 
 def _group_query(q: Mapping[str, str]) -> GroupQuery:
