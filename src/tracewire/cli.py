@@ -1,104 +1,83 @@
 """Command line: ``tracewire eval | demo | serve | proxy | model | view | export | import``.
 
-Each sub-command lives in the part that owns it, as a module with ``HELP`` (one line),
-``configure(parser)`` and ``run(args) -> int``; this file only wires them. A command's
-module is imported only when the command runs (or ``--help`` lists them), so start-up
-stays fast.
+Each sub-command is a public :class:`Command` of the part that owns it (``proxy`` and
+``serve`` as the composition root wires them); this file only lists them. A command's part
+is imported only when the command runs (or ``--help`` lists them), so start-up stays fast.
 """
 
 from __future__ import annotations
 
 import argparse
-import functools
 import gc
 import sys
 from collections.abc import Callable, Sequence
-from types import SimpleNamespace
-from typing import Protocol
+
+from ._command import Command
 
 __all__ = ["COMMANDS", "Command", "main"]
 
 
-class Command(Protocol):
-    """What a sub-command's module provides."""
-
-    HELP: str
-
-    def configure(self, parser: argparse.ArgumentParser) -> None:
-        """Add the command's arguments to ``parser``."""
-        ...
-
-    def run(self, args: argparse.Namespace) -> int:
-        """Run the command; returns the process exit status."""
-        ...
-
-
 def _eval() -> Command:
-    from .compose import _cli_eval
+    from .compose import EVAL_COMMAND
 
-    return _cli_eval
+    return EVAL_COMMAND
 
 
 def _demo() -> Command:
-    from .compose import _cli_demo
+    from .compose import DEMO_COMMAND
 
-    return _cli_demo
+    return DEMO_COMMAND
 
 
 def _model() -> Command:
-    from .model import _cli
+    from .model import COMMAND
 
-    return _cli
+    return COMMAND
 
 
 def _train() -> Command:
-    from .train import _cli
+    from .train import COMMAND
 
-    return _cli
+    return COMMAND
 
 
 def _proxy() -> Command:
-    from .compose import make_upstream
-    from .proxy import _cli
+    from .compose import PROXY_COMMAND
 
-    # The composition root builds the upstream (token-in/token-out with --tokenizer); the
-    # proxy never imports tito itself.
-    cmd: Command = SimpleNamespace(HELP=_cli.HELP, configure=_cli.configure,
-                                   run=functools.partial(_cli.run, make_upstream=make_upstream))
-    return cmd
+    return PROXY_COMMAND
 
 
 def _serve() -> Command:
-    from .serve import _cli
+    from .compose import SERVE_COMMAND
 
-    return _cli
+    return SERVE_COMMAND
 
 
 def _view() -> Command:
-    from .view import _cli
+    from .view import COMMAND
 
-    return _cli
+    return COMMAND
 
 
 def _export() -> Command:
-    from .store import _cli_export
+    from .store import EXPORT_COMMAND
 
-    return _cli_export
+    return EXPORT_COMMAND
 
 
 def _check() -> Command:
-    from .store import _cli_check
+    from .store import CHECK_COMMAND
 
-    return _cli_check
+    return CHECK_COMMAND
 
 
 def _import() -> Command:
-    from .store import _cli_import
+    from .store import IMPORT_COMMAND
 
-    return _cli_import
+    return IMPORT_COMMAND
 
 
-#: Sub-command name -> loader of the module implementing it.
+#: Sub-command name -> loader of the command (the name matches the command's own).
 COMMANDS: dict[str, Callable[[], Command]] = {
     "eval": _eval,
     "demo": _demo,
@@ -126,7 +105,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             sub.add_parser(name)
             continue
         command = load()
-        p = sub.add_parser(name, help=command.HELP, description=command.HELP)
+        p = sub.add_parser(name, help=command.help, description=command.help)
         if chosen == name:
             command.configure(p)
     args = parser.parse_args(argv)
@@ -137,7 +116,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     # Everything imported so far lives as long as the process: take it out of the garbage
     # collector's reach, so a full collection scans only what the command creates (full
     # passes over the start-up objects otherwise stall the event loop).
-    from .tito._errors import TemplateError, TitoUnavailableError
+    from .tito import TemplateError, TitoUnavailableError
 
     gc.freeze()
     try:

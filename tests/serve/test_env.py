@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from tracewire.codec import EpisodeDelta
+from tracewire.compose import env_factory
 from tracewire.serve import EnvClient, EnvServer
 from tracewire.trace import Episode
 
@@ -15,7 +16,7 @@ async def test_arithmetic_episode_streams_from_a_real_rollout() -> None:
     def on_delta(d: EpisodeDelta, ep: Episode) -> None:
         deltas.append(d)
 
-    async with EnvServer("arithmetic", address=ADDRESS) as srv:
+    async with EnvServer("arithmetic", address=ADDRESS, factory=env_factory) as srv:
         await srv.wait_ready(timeout=120)
         async with EnvClient(srv.address) as client:
             res = await client.run({"key": "a1", "question": "2 + 3", "answer": "5"},

@@ -2,8 +2,10 @@
 
 :func:`evaluate` (and ``tracewire eval`` / ``tracewire demo``) runs an environment's tasks
 through an interception proxy into a stored run and sums it up; :func:`env_factory` is the
-env server's runner for real environments. The parts it wires know nothing of each other.
-Names load on first use (``tracewire --help`` imports this package's command modules).
+env server's runner for real environments; ``*_COMMAND`` are the sub-commands it wires
+(the proxy with token-in/token-out, the env server with real environments). The parts it
+wires know nothing of each other. Names load on first use (``tracewire --help`` imports
+this package's command modules).
 """
 
 from __future__ import annotations
@@ -13,6 +15,10 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from ._backend import Rollouts, rollouts
+    from ._cli_demo import DEMO_COMMAND
+    from ._cli_eval import EVAL_COMMAND
+    from ._cli_proxy import PROXY_COMMAND
+    from ._cli_serve import SERVE_COMMAND
     from ._envrunner import env_factory
     from ._evaluate import EvalResult, default_run_dir, evaluate
     from ._options import BACKENDS, RUNTIMES, Backend, RolloutPlan
@@ -23,6 +29,10 @@ if TYPE_CHECKING:
 # name -> module defining it (PEP 562).
 _LAZY: dict[str, str] = {
     "BACKENDS": "._options",
+    "DEMO_COMMAND": "._cli_demo",
+    "EVAL_COMMAND": "._cli_eval",
+    "PROXY_COMMAND": "._cli_proxy",
+    "SERVE_COMMAND": "._cli_serve",
     "RUNTIMES": "._options",
     "Backend": "._options",
     "EvalResult": "._evaluate",
@@ -42,7 +52,11 @@ _LAZY: dict[str, str] = {
 
 __all__ = [
     "BACKENDS",
+    "DEMO_COMMAND",
+    "EVAL_COMMAND",
+    "PROXY_COMMAND",
     "RUNTIMES",
+    "SERVE_COMMAND",
     "Backend",
     "EvalResult",
     "RolloutPlan",

@@ -31,10 +31,8 @@ from ._runtime import with_runtime
 from ._tito import make_upstream
 from ._upstream import model_server
 
-__all__ = ["FACTORY", "ServeRollouts", "serve_factory", "serve_rollouts"]
+__all__ = ["ServeRollouts", "serve_factory", "serve_rollouts"]
 
-#: How workers import :func:`serve_factory` (by name, in their own processes).
-FACTORY = "tracewire.compose._backend_serve:serve_factory"
 #: Stop condition of a rollout the env server failed (the worker died, a timeout, busy).
 SERVE_ERROR = "serve_error"
 
@@ -168,6 +166,6 @@ async def serve_rollouts(env: Environment, plan: RolloutPlan,
                               heartbeat_timeout=2.0 if serve.backend == "ray" else 5.0)
         ref = worker_ref(serve.env_ref) if serve.env_ref else env.name
         async with serve_env(ref, pool=pool, workers=workers,
-                             factory=FACTORY, options=options, config=config,
+                             factory=serve_factory, options=options, config=config,
                              client_timeout=run_timeout + 60.0) as client:
             yield ServeRollouts(client, upstream, model)

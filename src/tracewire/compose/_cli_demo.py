@@ -5,11 +5,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 
+from .._command import Command
 from . import _cli_eval
 
 HELP = "Evaluate the bundled guess-the-number env with the built-in model (a few seconds)."
 
-__all__ = ["HELP", "configure", "run"]
+__all__ = ["DEMO_COMMAND", "HELP", "configure", "run"]
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -44,3 +45,7 @@ def run(args: argparse.Namespace) -> int:
         console.print(f"Export the run:    [bold]tracewire export {run_dir} --format jsonl"
                       "[/bold]")
     return code
+
+
+#: ``tracewire demo``.
+DEMO_COMMAND = Command("demo", HELP, configure, run)

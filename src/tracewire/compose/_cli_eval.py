@@ -7,13 +7,14 @@ import asyncio
 import signal
 import sys
 
+from .._command import Command
 from .._errors import TracewireError
 from ..env import load_environment
 from ._options import BACKENDS, RUNTIMES, UPSTREAM_APIS
 
 HELP = "Run an environment's tasks × rollouts through the proxy and store the run."
 
-__all__ = ["HELP", "configure", "run", "run_cli"]
+__all__ = ["EVAL_COMMAND", "HELP", "configure", "run", "run_cli"]
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -157,3 +158,7 @@ def run(args: argparse.Namespace) -> int:
             return _fail(str(exc))
     code, _ = asyncio.run(run_cli(args))
     return code
+
+
+#: ``tracewire eval``.
+EVAL_COMMAND = Command("eval", HELP, configure, run)

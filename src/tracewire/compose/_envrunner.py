@@ -3,8 +3,8 @@ through a proxy.
 
 Each worker loads the environment once, starts the built-in model (unless the options name
 a ``base_url``) and one interception proxy, then runs each task with
-:func:`tracewire.env.run_rollout` into the episode the worker streams. Worker processes
-import it by name (``tracewire.compose:env_factory``), the env server's default factory.
+:func:`tracewire.env.run_rollout` into the episode the worker streams. The ``serve``
+command hands it to the env server, whose worker processes load it by its own name.
 """
 
 from __future__ import annotations
@@ -14,13 +14,8 @@ import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
 
-from ..env import Timeouts, load_environment, run_rollout
-from ..model import MAX_MODEL_LEN, MODEL_NAME, ModelServer
-from ..proxy import Proxy, ProxyConfig
 from ..serve import Runner
 from ..trace import Episode
-from ._runtime import with_runtime
-from ._tito import make_upstream
 
 __all__ = ["env_factory"]
 
@@ -31,6 +26,14 @@ async def env_factory(env: str, options: dict[str, Any]) -> AsyncIterator[Runner
     ``timeouts`` (a dict of phase deadlines), ``max_model_len`` (built-in model),
     ``runtime`` (where a command harness's agent runs: ``local``, ``bwrap``, ``docker``) and
     ``tokenizer``/``upstream_api`` (token-in/token-out)."""
+    # Imported here: `tracewire serve` names this factory without loading env, model and
+    # proxy into the broker's process; only its workers call it.
+    from ..env import Timeouts, load_environment, run_rollout
+    from ..model import MAX_MODEL_LEN, MODEL_NAME, ModelServer
+    from ..proxy import Proxy, ProxyConfig
+    from ._runtime import with_runtime
+    from ._tito import make_upstream
+
     runtime = options.get("runtime")
     environment = with_runtime(load_environment(env), str(runtime) if runtime else None)
     raw = options.get("timeouts")

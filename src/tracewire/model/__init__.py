@@ -5,6 +5,7 @@ byte-level tokenizer, a documented chat template with tool calls, honest log-pro
 and vLLM's token-id fields. It is not a useful assistant. See ``src/tracewire/model/README.md``.
 """
 
+from ._cli import COMMAND
 from ._engine import Engine, Generation, SamplingParams, get_engine
 from ._foreign import ForeignModel, ForeignPlan
 from ._policy import Policy
@@ -15,6 +16,7 @@ from ._template import ChatTemplate, ParsedTurn
 from ._tokenizer import SPECIAL_TOKENS, Tokenizer, load_tokenizer
 
 __all__ = [
+    "COMMAND",
     "MAX_MODEL_LEN",
     "MODEL_NAME",
     "SPECIAL_TOKENS",

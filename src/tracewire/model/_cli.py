@@ -7,11 +7,12 @@ import asyncio
 import signal
 import sys
 
+from .._command import Command
 from .._errors import ModelError
 from ._protocol import MAX_MODEL_LEN, MODEL_NAME
 from ._server import ModelServer
 
-__all__ = ["HELP", "configure", "run"]
+__all__ = ["COMMAND", "HELP", "configure", "run"]
 
 HELP = (f"Serve the built-in tiny demo model ({MODEL_NAME}) over an OpenAI/vLLM-compatible "
         "HTTP API. For tests and demos only: not a useful assistant.")
@@ -62,3 +63,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"tracewire model: {exc}", file=sys.stderr)
         return 2
     return 0
+
+
+#: ``tracewire model``.
+COMMAND = Command("model", HELP, configure, run)

@@ -6,6 +6,7 @@ ids and logprobs, relays the answer (streamed as it arrives), and commits each t
 the session's :class:`~tracewire.trace.Trace` as described in docs/CONTRACTS.md.
 """
 
+from ._cli import COMMAND, proxy_command
 from ._config import ProxyConfig, RequestHook, ResponseHook
 from ._server import Proxy
 from ._session import Session, SessionRegistry
@@ -15,6 +16,7 @@ from ._upstream_http import HttpUpstream
 from ._upstream_mock import MockCall, MockResponse, MockUpstream
 
 __all__ = [
+    "COMMAND",
     "HttpUpstream",
     "MockCall",
     "MockResponse",
@@ -32,4 +34,5 @@ __all__ = [
     "UpstreamReply",
     "UpstreamRequest",
     "add_session_routes",
+    "proxy_command",
 ]

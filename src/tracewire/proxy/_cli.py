@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 from collections.abc import Callable
 
+from .._command import Command
 from ._config import ProxyConfig
 from ._server import Proxy
 from ._upstream_api import Upstream
@@ -13,7 +15,7 @@ from ._upstream_api import Upstream
 #: ``make(url, config, model=...)``: the upstream for ``url`` (the URL itself: pass-through).
 UpstreamFactory = Callable[..., "str | Upstream"]
 
-__all__ = ["HELP", "configure", "run"]
+__all__ = ["COMMAND", "HELP", "configure", "proxy_command", "run"]
 
 HELP = "Run the interception proxy in front of an OpenAI-compatible upstream."
 
@@ -70,3 +72,13 @@ def run(args: argparse.Namespace, make_upstream: UpstreamFactory | None = None) 
     except KeyboardInterrupt:
         pass
     return 0
+
+
+def proxy_command(make_upstream: UpstreamFactory | None = None) -> Command:
+    """The ``proxy`` command building its upstream with ``make_upstream`` (the composition
+    root passes the one that honours ``--tokenizer``)."""
+    return Command("proxy", HELP, configure, functools.partial(run, make_upstream=make_upstream))
+
+
+#: ``tracewire proxy`` as a pass-through to ``--upstream`` (no ``--tokenizer``).
+COMMAND = proxy_command()

@@ -8,16 +8,25 @@ wire protocol is described in :mod:`tracewire.serve._protocol`.
 """
 
 from ._broker import EnvServer
+from ._cli import COMMAND, serve_command
 from ._client import DEFAULT_TIMEOUT, EnvClient, OnDelta, RunResult
 from ._config import DEFAULT_ADDRESS, ServerConfig
 from ._open import BACKENDS, make_pool, serve_env
 from ._pool import InlinePool, LocalProcessPool, WorkerHandle, WorkerPool
 from ._protocol import PROTOCOL_VERSION
 from ._ray import RayPool
-from ._runner import Runner, RunnerFactory, load_factory, standin_factory, standin_runner
+from ._runner import (
+    Runner,
+    RunnerFactory,
+    factory_ref,
+    load_factory,
+    standin_factory,
+    standin_runner,
+)
 
 __all__ = [
     "BACKENDS",
+    "COMMAND",
     "DEFAULT_ADDRESS",
     "DEFAULT_TIMEOUT",
     "PROTOCOL_VERSION",
@@ -33,8 +42,10 @@ __all__ = [
     "ServerConfig",
     "WorkerHandle",
     "WorkerPool",
+    "factory_ref",
     "load_factory",
     "make_pool",
+    "serve_command",
     "serve_env",
     "standin_factory",
     "standin_runner",

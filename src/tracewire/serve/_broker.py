@@ -37,7 +37,7 @@ from ._protocol import (
     error_body,
     parse_job_frame,
 )
-from ._runner import ENV_FACTORY, STANDIN_FACTORY
+from ._runner import RunnerFactory, factory_ref, standin_factory
 from ._workers import Job, Workers, WorkerState
 
 __all__ = ["EnvServer"]
@@ -48,16 +48,22 @@ log = logging.getLogger("tracewire.serve")
 class EnvServer:
     """Serves rollouts of environment ``env`` over ZMQ from a pool of worker processes.
 
-    ``factory`` names the runner factory workers use (default: the stand-in runner for
-    ``env == "standin"``, the tracewire.env adapter otherwise); ``options`` go to it.
+    ``factory`` is the runner factory workers use, a module-level function or its
+    ``"module:attribute"`` name (default: the stand-in runner for ``env == "standin"``; any
+    other env needs one, e.g. ``tracewire.compose.env_factory``); ``options`` go to it.
     """
 
     def __init__(self, env: str, *, address: str = DEFAULT_ADDRESS,
-                 config: ServerConfig | None = None, factory: str | None = None,
+                 config: ServerConfig | None = None,
+                 factory: RunnerFactory | str | None = None,
                  options: dict[str, Any] | None = None, pool: WorkerPool | None = None) -> None:
         self.env = env
         self.config = config or ServerConfig()
-        self.factory = factory or (STANDIN_FACTORY if env == "standin" else ENV_FACTORY)
+        if factory is None and env != "standin":
+            raise ServeError(f"environment {env!r} needs a runner factory (the composition "
+                             "root's env_factory runs tracewire.env environments)")
+        # Workers in other processes load the factory by this name.
+        self.factory = factory_ref(factory or standin_factory)
         self.options = dict(options or {})
         self._bind = address
         self.address = address

@@ -5,19 +5,22 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import signal
 import sys
 from typing import Any
 
 import msgspec
 
-from .._errors import ServeError
+from .._command import Command
+from .._errors import EnvError, ServeError
 from .._memory import tune_allocator
 from ._broker import EnvServer
 from ._config import DEFAULT_ADDRESS, ServerConfig
 from ._open import BACKENDS, make_pool
+from ._runner import RunnerFactory
 
-__all__ = ["HELP", "configure", "run"]
+__all__ = ["COMMAND", "HELP", "configure", "run", "serve_command"]
 
 HELP = "Serve an environment's rollouts over ZMQ from a pool of worker processes."
 
@@ -109,7 +112,7 @@ def _resources(text: str | None) -> dict[str, float] | None:
     return value
 
 
-async def _serve(args: argparse.Namespace) -> int:
+async def _serve(args: argparse.Namespace, default_factory: RunnerFactory | None) -> int:
     backend = "inline" if args.inline else args.backend
     hb_timeout = args.heartbeat_timeout or (2.0 if backend == "ray" else
                                             ServerConfig().heartbeat_timeout)
@@ -122,7 +125,9 @@ async def _serve(args: argparse.Namespace) -> int:
                      worker_resources=_resources(args.worker_resources))
     # Before serving and on the main thread, where Ray wants to be initialised.
     pool.prepare()
-    server = EnvServer(args.env, address=args.address, config=cfg, factory=args.runner,
+    # The stand-in is serve's own; any other environment runs with the injected default.
+    factory = args.runner or (None if args.env == "standin" else default_factory)
+    server = EnvServer(args.env, address=args.address, config=cfg, factory=factory,
                        options=_options(args), pool=pool)
     await server.start()
     print(f"serving {args.env} on {server.address}", flush=True)
@@ -137,11 +142,23 @@ async def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def run(args: argparse.Namespace) -> int:
-    """Run the server until interrupted; returns the exit status."""
+def run(args: argparse.Namespace, default_factory: RunnerFactory | None = None) -> int:
+    """Run the server until interrupted; returns the exit status. ``default_factory`` is
+    the runner factory used without ``--runner`` (the composition root passes one)."""
     tune_allocator()  # this process exists to forward episodes
     try:
-        return asyncio.run(_serve(args))
-    except (ValueError, OSError, ServeError) as exc:
+        return asyncio.run(_serve(args, default_factory))
+    except (ValueError, OSError, ServeError, EnvError) as exc:
         print(f"tracewire serve: {exc}", file=sys.stderr)
         return 2
+
+
+def serve_command(default_factory: RunnerFactory | None = None) -> Command:
+    """The ``serve`` command, running environments other than the stand-in with
+    ``default_factory`` unless ``--runner`` names one."""
+    body = functools.partial(run, default_factory=default_factory)
+    return Command("serve", HELP, configure, body)
+
+
+#: ``tracewire serve`` with no default factory: the stand-in, or ``--runner``.
+COMMAND = serve_command()

@@ -16,6 +16,7 @@ from ._broker import EnvServer
 from ._client import DEFAULT_TIMEOUT, EnvClient
 from ._config import ServerConfig
 from ._pool import InlinePool, LocalProcessPool, WorkerPool
+from ._runner import RunnerFactory
 
 __all__ = ["BACKENDS", "Backend", "make_pool", "serve_env"]
 
@@ -41,7 +42,8 @@ def make_pool(backend: str = "process", *, ray_address: str | None = None,
 
 @contextlib.asynccontextmanager
 async def serve_env(env: str, *, backend: str = "process", workers: int = 1,
-                    config: ServerConfig | None = None, factory: str | None = None,
+                    config: ServerConfig | None = None,
+                    factory: RunnerFactory | str | None = None,
                     options: dict[str, Any] | None = None, pool: WorkerPool | None = None,
                     ray_address: str | None = None, worker_cpus: float = 1.0,
                     worker_resources: dict[str, float] | None = None,

@@ -4,7 +4,9 @@ A *runner* is ``async runner(task, episode) -> None``: it fills the episode's tr
 ``trace.notify()`` as turns commit; the worker streams whatever appears. A *runner factory*
 is ``factory(env, options)`` returning an async context manager that yields a runner (so a
 factory can start a model server and a proxy once per worker and stop them at the end).
-Factories are named ``"module:attribute"`` so worker processes can import them.
+A worker process cannot be handed a function, so a factory travels as its reference
+``"module:attribute"`` (:func:`factory_ref`, what pickle would do): a caller passes the
+function and serve names it; serve never names a factory of a part above it.
 """
 
 from __future__ import annotations
@@ -22,10 +24,9 @@ from .._errors import EnvError
 from ..trace import Call, Episode, Message, Node, Span
 
 __all__ = [
-    "ENV_FACTORY",
-    "STANDIN_FACTORY",
     "Runner",
     "RunnerFactory",
+    "factory_ref",
     "load_factory",
     "standin_factory",
     "standin_runner",
@@ -36,10 +37,6 @@ Runner = Callable[[dict[str, Any], Episode], Awaitable[None]]
 #: ``factory(env, options)`` -> async context manager yielding a :data:`Runner`.
 RunnerFactory = Callable[[str, dict[str, Any]], contextlib.AbstractAsyncContextManager[Runner]]
 
-STANDIN_FACTORY = "tracewire.serve._runner:standin_factory"
-#: The factory for real environments; it lives in the composition root (it wires env, proxy
-#: and model together), which serve names but does not import.
-ENV_FACTORY = "tracewire.compose:env_factory"
 #: Longest stretch of turns the stand-in runs without yielding when it has no delay.
 YIELD_S = 0.0005
 
@@ -134,3 +131,22 @@ def load_factory(spec: str) -> RunnerFactory:
     if not callable(obj):
         raise EnvError(f"runner factory {spec!r} is not callable")
     return obj  # type: ignore[no-any-return]
+
+
+def factory_ref(factory: RunnerFactory | str) -> str:
+    """The ``"module:attribute"`` a worker process loads ``factory`` by (a string is
+    checked and kept); raises ``EnvError`` when it is not importable under its own name
+    (a lambda, a closure, a method), so that fails here rather than in every worker."""
+    if isinstance(factory, str):
+        if not factory.partition(":")[2]:
+            raise EnvError(f"runner factory {factory!r} is not of the form 'module:attribute'")
+        return factory
+    module = getattr(factory, "__module__", None)
+    name = getattr(factory, "__qualname__", None)
+    ref = f"{module}:{name}"
+    if not module or not name or "<" in name or "." in name:
+        raise EnvError(f"runner factory {factory!r} has no importable name; define it at "
+                       "module level")
+    if load_factory(ref) is not factory:
+        raise EnvError(f"runner factory {ref!r} does not load back as the object given")
+    return ref

@@ -6,6 +6,9 @@ nothing on disk); ``Run.verify()`` / ``Run.repair(path)`` (``tracewire check [--
 find and fix damage.
 """
 
+from ._cli_check import CHECK_COMMAND
+from ._cli_export import EXPORT_COMMAND
+from ._cli_import import IMPORT_COMMAND
 from ._journal import Journal
 from ._layout import Layout
 from ._run import Run, open_run, remove_run
@@ -13,7 +16,10 @@ from ._schema import COLUMNS, IndexRow, RecordRef
 from ._status import EpisodeStatus, FsyncPolicy, RunStatus
 
 __all__ = [
+    "CHECK_COMMAND",
     "COLUMNS",
+    "EXPORT_COMMAND",
+    "IMPORT_COMMAND",
     "EpisodeStatus",
     "FsyncPolicy",
     "IndexRow",

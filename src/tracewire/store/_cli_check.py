@@ -6,7 +6,10 @@ import argparse
 import sys
 from pathlib import Path
 
+from .._command import Command
 from .._errors import TracewireError
+
+__all__ = ["CHECK_COMMAND", "HELP", "configure", "run"]
 
 HELP = "Check a stored run (records decode, index rows match, no gaps); --repair fixes it."
 
@@ -40,3 +43,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"run `tracewire check --repair {args.run}` to fix what can be fixed",
               file=sys.stderr)
     return 0 if report.ok else 1
+
+
+#: ``tracewire check``.
+CHECK_COMMAND = Command("check", HELP, configure, run)

@@ -6,7 +6,10 @@ import argparse
 import sys
 from pathlib import Path
 
+from .._command import Command
 from .._errors import TracewireError
+
+__all__ = ["EXPORT_COMMAND", "HELP", "configure", "run"]
 
 HELP = "Export a stored run as JSONL episodes or a Parquet index (and branch samples)."
 
@@ -47,3 +50,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"tracewire export: {exc}", file=sys.stderr)
         return 1
     return 0
+
+
+#: ``tracewire export``.
+EXPORT_COMMAND = Command("export", HELP, configure, run)

@@ -7,7 +7,10 @@ import asyncio
 import sys
 from pathlib import Path
 
+from .._command import Command
 from .._errors import TracewireError
+
+__all__ = ["HELP", "IMPORT_COMMAND", "configure", "run"]
 
 HELP = "Import a JSONL export (one episode per line) into a run directory."
 
@@ -31,3 +34,7 @@ def run(args: argparse.Namespace) -> int:
         return 1
     print(f"imported {n} episodes into {dest}", file=sys.stderr)
     return 0
+
+
+#: ``tracewire import``.
+IMPORT_COMMAND = Command("import", HELP, configure, run)

@@ -5,10 +5,12 @@ session API serves them, the trainer–sampler logprob mismatch (exactly 0 here)
 importance-weighted policy-gradient update, and new weights swapped into the live server.
 """
 
+from ._cli import COMMAND
 from ._loop import StepSummary, TrainConfig, TrainResult, train
 from ._objective import group_advantages, pg_coefficients
 
 __all__ = [
+    "COMMAND",
     "StepSummary",
     "TrainConfig",
     "TrainResult",

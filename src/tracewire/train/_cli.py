@@ -8,12 +8,13 @@ import signal
 import sys
 from typing import Any
 
+from .._command import Command
 from .._errors import TracewireError
 
 HELP = ("Train the built-in model on an environment with an RL loop on CPU (group rollouts "
         "through the proxy, policy-gradient updates, live weight swaps).")
 
-__all__ = ["HELP", "configure", "run"]
+__all__ = ["COMMAND", "HELP", "configure", "run"]
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -89,3 +90,7 @@ async def _main(args: argparse.Namespace) -> int:
 def run(args: argparse.Namespace) -> int:
     """Entry point of ``tracewire train``."""
     return asyncio.run(_main(args))
+
+
+#: ``tracewire train``.
+COMMAND = Command("train", HELP, configure, run)

@@ -4,6 +4,7 @@
 """
 
 from ._app import build_app
+from ._cli import COMMAND
 from ._server import ViewServer
 
-__all__ = ["ViewServer", "build_app"]
+__all__ = ["COMMAND", "ViewServer", "build_app"]

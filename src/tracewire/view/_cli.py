@@ -7,9 +7,10 @@ import asyncio
 import contextlib
 import sys
 
+from .._command import Command
 from .._errors import StoreError
 
-__all__ = ["HELP", "configure", "run"]
+__all__ = ["COMMAND", "HELP", "configure", "run"]
 
 HELP = ("Serve the live web viewer of a run directory (loopback by default); a second run "
         "is offered for run-against-run.")
@@ -48,3 +49,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"tracewire view: {exc}", file=sys.stderr)
         return 1
     return 0
+
+
+#: ``tracewire view``.
+COMMAND = Command("view", HELP, configure, run)
