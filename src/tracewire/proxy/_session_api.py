@@ -225,8 +225,27 @@ class SessionAPI:
         token = self.proxy.session_token
         if not given or not hmac.compare_digest(given.encode("utf-8", "replace"),
                                                 token.encode()):
+            if self._probe(request, given):
+                # Agents probe their base URL (Claude Code HEADs /sessions/{id} before it
+                # connects): the answer tells an agent nothing about where a token lives.
+                raise _HTTPFail(401, "unauthorized")
             raise _HTTPFail(401, "missing or wrong session token (Authorization: Bearer "
                                  "<token>; the proxy's TRACEWIRE_SESSION_TOKEN)")
+
+    def _probe(self, request: web.Request, bearer: str) -> bool:
+        """Whether a refused request is an agent's read rather than a trainer's mistake: a
+        HEAD, or a GET with no bearer token or an agent's own session secret."""
+        if request.method == "HEAD":
+            return True
+        if request.method != "GET":
+            return False
+        if bearer:
+            cred = bearer
+        elif "Authorization" in request.headers:
+            return False  # a malformed trainer header: it gets the hint
+        else:
+            cred = request.headers.get("x-api-key", "")
+        return not cred or (cred.isascii() and self.proxy.registry.by_secret(cred) is not None)
 
     async def _read_body(self, request: web.Request) -> bytes:
         ctype = request.headers.get("Content-Type", "").partition(";")[0].strip().lower()
