@@ -41,6 +41,8 @@ class UpReq:
     sampling: dict[str, Any] = field(default_factory=dict)
     want_ids: bool = False
     want_logprobs: bool = False
+    #: The harness asked for the usage chunk of a stream (``stream_options.include_usage``).
+    want_usage: bool = False
     #: Chat pass-through: top-level raw JSON values and the raw bytes / hashes per message.
     top: dict[str, bytes] | None = None
     raws: list[bytes] | None = None
@@ -154,6 +156,8 @@ def _finish(up: UpReq, tb: dict[str, bytes]) -> UpReq:
     _scalars(up, get)
     up.want_ids = bool(get("return_token_ids"))
     up.want_logprobs = bool(get("logprobs"))
+    opts = get("stream_options")
+    up.want_usage = isinstance(opts, dict) and bool(opts.get("include_usage"))
     rest = b"".join(v for k, v in sorted(tb.items()) if k != "messages")
     up.retry_material = up.hasher.digest() + rest
     return up
@@ -304,9 +308,18 @@ class _ChatStreamer(Streamer):
     def __init__(self, up: UpReq, token_fields: dict[str, Any]) -> None:
         self.strip_ids = not up.want_ids and "return_token_ids" in token_fields
         self.strip_lp = not up.want_logprobs and "logprobs" in token_fields
+        #: The proxy asked for usage on the harness's behalf: hide what that added.
+        self.strip_usage = not up.want_usage
 
     def chunk(self, line: bytes, d: dict[str, Any], span: RawSpan | None = None) -> bytes:
-        if self.strip_ids or self.strip_lp:
+        edit = self.strip_ids or self.strip_lp
+        if self.strip_usage and "usage" in d:
+            if not d.get("choices"):
+                return b""  # the usage-only last chunk: recorded, not relayed
+            if d["usage"] is None:  # servers mark every chunk once usage is asked for
+                del d["usage"]
+                edit = True
+        if edit:
             strip_added(d, ids=self.strip_ids, logprobs=self.strip_lp)
             return sse(render(d, span))
         return line + b"\n\n"
