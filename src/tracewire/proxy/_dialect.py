@@ -43,6 +43,8 @@ class UpReq:
     want_logprobs: bool = False
     #: The harness asked for the usage chunk of a stream (``stream_options.include_usage``).
     want_usage: bool = False
+    #: Names of the harness's tools the upstream request could not carry (hosted tools).
+    unforwarded: list[str] = field(default_factory=list)
     #: Chat pass-through: top-level raw JSON values and the raw bytes / hashes per message.
     top: dict[str, bytes] | None = None
     raws: list[bytes] | None = None

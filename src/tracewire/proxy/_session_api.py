@@ -121,6 +121,18 @@ def _guard(api: SessionAPI, fn: Handler) -> Handler:
     return wrapped
 
 
+def _not_forwarded(session: Session) -> dict[str, Any]:
+    """``tools_not_forwarded``: {tool name: calls that offered it} when a harness offered
+    tools the upstream request could not carry (hosted tools on the Responses path)."""
+    counts: dict[str, int] = {}
+    for c in session.trace.calls:
+        for f in c.flags:
+            if f.startswith("tools_not_forwarded:"):
+                name = f.partition(":")[2]
+                counts[name] = counts.get(name, 0) + 1
+    return {"tools_not_forwarded": counts} if counts else {}
+
+
 def _opt_int(body: dict[str, Any], key: str, lo: int) -> int | None:
     v = body.get(key)
     if v is None:
@@ -320,6 +332,7 @@ class SessionAPI:
                 "status": session.status,
                 **counts,
                 "token_mismatches": session.trace.info.get("token_mismatches", 0),
+                **_not_forwarded(session),
                 "created": session.created,
                 "last_used": session.last_used,
                 "ttl": session.ttl,

@@ -183,8 +183,9 @@ class TurnPipeline:
         size = sum(len(r) for r in up.raws) if up.raws is not None else len(body)
         prep = await off(size, _match, session, up)
         session.trace.set_pending([nm.message for nm in prep.new])
+        flags = not_forwarded_flags(session, up.unforwarded)
         call = Call(model=up.model, endpoint=adapter.endpoint, sampling=up.sampling,
-                    span=Span(start=time.time()), hooks=tuple(hooks))
+                    span=Span(start=time.time()), hooks=tuple(hooks), flags=tuple(flags))
         fields = self.config.token_fields
         if up.stream and not up.want_usage:
             # Streams report usage only when asked: the upstream always is, so Call.usage
@@ -193,7 +194,7 @@ class TurnPipeline:
         payload = up.upstream_bytes(fields)
         ureq = UpstreamRequest(payload, stream=up.stream, split=not self.config.response_hooks,
                                context=(_context(session, prep) if self.upstream.wants_context
-                                        else None))
+                                        else None), flags=flags)
         return Turn(session=session, adapter=adapter, up=up, prep=prep, call=call,
                     request=ureq, upstream=self.upstream, rkey=rkey, ikey=ikey,
                     offload=self.offload)
@@ -250,6 +251,23 @@ class TurnPipeline:
         # (asyncio runs queued callbacks before those of newly polled I/O).
         asyncio.get_running_loop().call_soon(_commit_soon, turn, out)
         return web.Response(body=body, content_type="application/json")
+
+
+#: Call flag: some of the harness's tools were not forwarded (one ``NOT_FORWARDED + ":"
+#: + name`` flag per tool follows it).
+NOT_FORWARDED = "tools_not_forwarded"
+
+
+def not_forwarded_flags(session: Session, names: list[str]) -> list[str]:
+    """The call flags naming the tools that were not forwarded; the trace's
+    ``info["tools_not_forwarded"]`` keeps every name seen in the session."""
+    if not names:
+        return []
+    info = session.trace.info
+    seen = info.get(NOT_FORWARDED)
+    known = list(seen) if isinstance(seen, list) else []
+    info[NOT_FORWARDED] = known + [n for n in dict.fromkeys(names) if n not in known]
+    return [NOT_FORWARDED, *(f"{NOT_FORWARDED}:{n}" for n in dict.fromkeys(names))]
 
 
 def _with_usage(up: UpReq, fields: dict[str, Any]) -> dict[str, Any]:
