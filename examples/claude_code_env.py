@@ -6,7 +6,7 @@ reach inside ``bwrap``); the reward runs the task's test inside the same sandbox
 variants, by the tools Claude Code offers the model:
 
     tracewire eval examples/claude_code_env.py -n 1 --max-model-len 131072   # its defaults
-    tracewire eval examples/claude_code_env.py:restricted -n 2 --max-model-len 32768
+    tracewire eval examples/claude_code_env.py:restricted -n 1 --max-model-len 32768
     tracewire eval examples/claude_code_env.py:no_tools -n 2                  # fits 8,192
     python examples/claude_code_env.py --tools Read,Edit,Bash --max-model-len 32768
 
