@@ -68,6 +68,10 @@ def check(result: Any, preset: str) -> list[dict[str, Any]]:
         assert "runtime_close" in trace.timing
         assert trace.info["command"]["preset"] == preset
         assert trace.info["command"]["runtime"] == "bwrap"
+        # Probes of the session URL (Claude Code HEADs it) learn no variable's name.
+        printed = str(trace.info["command"].get("stdout", "")) + str(
+            trace.info["command"].get("stderr", ""))
+        assert "TRACEWIRE_SESSION_TOKEN" not in printed, info
     assert seen
     return seen
 
