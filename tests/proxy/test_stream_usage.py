@@ -25,7 +25,7 @@ import pytest
 from aiohttp import web
 
 from tracewire.model import MODEL_NAME, ModelServer
-from tracewire.proxy import Proxy
+from tracewire.proxy import Proxy, ProxyConfig
 
 from .fake_upstream import Fake, serve
 
@@ -130,6 +130,36 @@ async def test_unasked_stream_bytes_carry_no_usage(tap: tuple[Tap, str], proxy: 
     check_usage(tap[0], recorded(proxy, s.id))
     # The harness's other stream options went upstream unchanged next to include_usage.
     assert tap[0].asked == [{"continuous_usage_stats": False, "include_usage": True}]
+
+
+@pytest.mark.parametrize("token_fields", [True, False])
+async def test_relayed_chunks_parse_to_the_same_without_usage(tap: tuple[Tap, str],
+                                                            token_fields: bool) -> None:
+    # Without token fields the proxy relays the model's lines as they are, cutting only
+    # the usage marker; with them it re-renders: the harness reads the same either way.
+    config = ProxyConfig() if token_fields else ProxyConfig(token_fields={})
+    async with Proxy(tap[1], config=config) as p:
+        s = p.create_session()
+        body = {"model": MODEL_NAME, "messages": MESSAGES, "max_tokens": 12, "stream": True,
+                "seed": 3}
+        async with aiohttp.ClientSession() as c, c.post(
+                s.base_url + "/chat/completions", json=body,
+                headers={"Authorization": f"Bearer {s.secret}"}) as r:
+            raw = await r.read()
+        got = recorded(p, s.id)
+    lines = [ln[6:] for ln in raw.split(b"\n") if ln.startswith(b"data: {")]
+    chunks = [orjson.loads(ln) for ln in lines]
+    assert chunks and all("usage" not in c and c["choices"] for c in chunks)
+    text = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks)
+    # The model, asked directly with the same seed and no usage, says the same.
+    async with aiohttp.ClientSession() as c, c.post(
+            tap[0].target + "/chat/completions", json=body) as r:
+        direct = [orjson.loads(ln[6:]) for ln in (await r.read()).split(b"\n")
+                  if ln.startswith(b"data: {")]
+    assert text == "".join(d["choices"][0]["delta"].get("content") or "" for d in direct)
+    assert [c["choices"][0].get("finish_reason") for c in chunks] == \
+        [d["choices"][0].get("finish_reason") for d in direct]
+    assert got == tap[0].usage
 
 
 async def test_fake_upstream_usage_chunk_is_recorded_not_relayed() -> None:

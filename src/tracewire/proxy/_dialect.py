@@ -306,6 +306,22 @@ class Adapter:
         raise NotImplementedError
 
 
+#: How servers write the usage marker after another member (quotes inside JSON strings
+#: are escaped, so these bytes only occur as a member of an object).
+_NULL_USAGE = (b',"usage":null', b', "usage": null')
+
+
+def _drop_null_usage(line: bytes) -> bytes | None:
+    """``line`` without its one ``"usage": null`` member, or None when it is not written in
+    a form found by a byte search (the caller re-renders the chunk then)."""
+    if line.count(b'"usage"') != 1:  # only the top-level member may be cut by bytes
+        return None
+    for pat in _NULL_USAGE:
+        if pat in line:
+            return line.replace(pat, b"", 1)
+    return None
+
+
 class _ChatStreamer(Streamer):
     def __init__(self, up: UpReq, token_fields: dict[str, Any]) -> None:
         self.strip_ids = not up.want_ids and "return_token_ids" in token_fields
@@ -320,6 +336,10 @@ class _ChatStreamer(Streamer):
                 return b""  # the usage-only last chunk: recorded, not relayed
             if d["usage"] is None:  # servers mark every chunk once usage is asked for
                 del d["usage"]
+                if not edit:
+                    cut = _drop_null_usage(line)
+                    if cut is not None:
+                        return cut + b"\n\n"
                 edit = True
         if edit:
             strip_added(d, ids=self.strip_ids, logprobs=self.strip_lp)
