@@ -12,7 +12,8 @@ from typing import Any
 import msgspec
 import orjson
 
-from ._graph import NewMessage, Outcome, RequestCache, canonical_digest, raw_hash
+from ..trace import message_digest
+from ._graph import NewMessage, Outcome, RequestCache, raw_hash
 from ._http import BadRequest, sse
 from ._rawjson import SENTINEL_JSON, RawSpan, find_value, render, skip_ws, skip_ws_back
 from ._upstream import strip_added
@@ -112,7 +113,7 @@ class UpReq:
             out = []
             for i, raw in enumerate(raws):
                 msg = checked_message(raw, f"messages[{i}]")
-                out.append(NewMessage(msg, canonical_digest(msg), raw_hash(raw)))
+                out.append(NewMessage(msg, message_digest(msg), raw_hash(raw)))
             return out
         return self.new_messages(0)
 
@@ -127,7 +128,7 @@ class UpReq:
             for i, (raw, h) in enumerate(zip(self.raws[start:], self.hashes[start:],
                                              strict=True), start):
                 msg = checked_message(raw, at.format(i))
-                out.append(NewMessage(msg, canonical_digest(msg), h))
+                out.append(NewMessage(msg, message_digest(msg), h))
             return out
         msgs = self.as_dict().get("messages") or []
         if not isinstance(msgs, list):
@@ -135,7 +136,7 @@ class UpReq:
         out = []
         for i, d in enumerate(msgs[start:], start):
             msg = checked_message(d, f"messages[{i}]")
-            out.append(NewMessage(msg, canonical_digest(msg), None))
+            out.append(NewMessage(msg, message_digest(msg), None))
         return out
 
 

@@ -20,47 +20,17 @@ import numpy as np
 import orjson
 from numpy.typing import NDArray
 
-from ..trace import Call, Message, ToolCall, Trace
+from ..trace import Call, Message, ToolCall, Trace, message_digest
 from ._prompt import PromptCache, PromptIds
 from ._rawjson import RawSpan
 
 __all__ = ["Choice", "NewMessage", "Outcome", "Prepared", "RequestCache", "TurnGraph",
-           "canonical_digest", "chat_message", "raw_hash"]
+           "chat_message", "raw_hash"]
 
 
 def raw_hash(raw: bytes) -> bytes:
     """Hash of a message's raw JSON bytes (the fast-path key)."""
     return hashlib.blake2b(raw, digest_size=16).digest()
-
-
-def _canon_content(content: Any) -> Any:
-    if content is None:
-        return ""
-    if isinstance(content, list) and all(
-        isinstance(p, dict) and p.get("type") in ("text", "input_text", "output_text")
-        for p in content
-    ):
-        # Text-only part lists render like the joined string in chat templates.
-        return "".join(str(p.get("text", "")) for p in content)
-    return content
-
-
-def _canon_args(arguments: str) -> str:
-    # Dialect translation re-serializes tool arguments (Anthropic sends them back as an
-    # object); compare them as JSON values, not as text.
-    try:
-        return orjson.dumps(orjson.loads(arguments), option=orjson.OPT_SORT_KEYS).decode()
-    except orjson.JSONDecodeError:
-        return arguments
-
-
-def canonical_digest(msg: Message) -> str:
-    """Digest of what makes two messages the same turn for the model (reasoning excluded:
-    harnesses often drop it when resending history)."""
-    tcs = [(t.id, t.name, _canon_args(t.arguments)) for t in msg.tool_calls or ()]
-    canon = (msg.role, _canon_content(msg.content), tcs, msg.tool_call_id or "", msg.name or "")
-    data = orjson.dumps(canon, option=orjson.OPT_SORT_KEYS)
-    return hashlib.blake2b(data, digest_size=16).hexdigest()
 
 
 def chat_message(d: Any) -> Message:
@@ -182,7 +152,7 @@ class TurnGraph:
         self._pok: list[bool] = []
         self._pspan: list[tuple[int, int]] = []  # contiguous path span, (-1, -1) if none
         for i, node in enumerate(trace.nodes):
-            digest = node.digest or canonical_digest(node.message)
+            digest = node.digest or message_digest(node.message)
             self._children[(node.parent, digest)] = i
             self._index(i)
 
@@ -388,7 +358,7 @@ class TurnGraph:
         nodes: list[int] = []
         for ch in out.choices:
             msg = ch.message()
-            nm = NewMessage(msg, canonical_digest(msg), None)
+            nm = NewMessage(msg, message_digest(msg), None)
             ids = ch.token_ids
             lps = ch.logprobs if ch.logprobs is not None and ids is not None and len(
                 ch.logprobs) == len(ids) else None

@@ -18,7 +18,7 @@ from typing import Any
 
 import orjson
 
-from ._tokenizer import decoded_arguments
+from ..trace import chat_message_digest
 
 __all__ = ["Continuation", "ConversationIndex", "IdBuffer", "RecordedTurn", "RerenderReason",
            "message_digest"]
@@ -34,28 +34,10 @@ class RerenderReason(StrEnum):
     TEMPLATE = "template"  # the template cannot render the new messages as a suffix
 
 
-def _text(content: Any) -> Any:
-    if content is None:
-        return ""
-    if isinstance(content, list) and all(
-            isinstance(p, dict) and p.get("type") in ("text", "input_text", "output_text")
-            for p in content):
-        return "".join(str(p.get("text", "")) for p in content)
-    return content
-
-
 def message_digest(m: dict[str, Any]) -> bytes:
-    """Digest of what makes two chat messages the same turn (reasoning excluded: harnesses
-    often drop it when they resend history)."""
-    tcs = []
-    for tc in m.get("tool_calls") or ():
-        fn = tc.get("function") or {}
-        tcs.append((str(tc.get("id") or ""), str(fn.get("name") or ""),
-                    decoded_arguments(fn.get("arguments", ""))))
-    canon = (m.get("role"), _text(m.get("content")), tcs, m.get("tool_call_id") or "",
-             m.get("name") or "")
-    data = orjson.dumps(canon, option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS)
-    return hashlib.blake2b(data, digest_size=16).digest()
+    """Digest of what makes two chat messages the same turn: ``trace``'s canonical one, the
+    digest the proxy stores per node (reasoning excluded)."""
+    return chat_message_digest(m)
 
 
 def _chain(messages: Sequence[dict[str, Any]],

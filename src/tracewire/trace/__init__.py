@@ -2,6 +2,7 @@
 
 from ._branch import Branch
 from ._columns import BASE_COLUMNS, Columns
+from ._digest import chat_message_digest, message_digest
 from ._model import (
     SCHEMA_VERSION,
     Call,
@@ -35,5 +36,7 @@ __all__ = [
     "ToolCall",
     "Trace",
     "Watcher",
+    "chat_message_digest",
+    "message_digest",
     "new_id",
 ]

@@ -1,0 +1,69 @@
+"""The canonical digest of a chat message: what makes two messages the same turn.
+
+One definition for every part that matches resent history: the proxy stores it in
+``Node.digest`` (hex) and matches requests by it; token-in/token-out chains it over a
+request's messages (raw bytes). Reasoning is excluded (harnesses often drop it when they
+resend history), text-only part lists count as their joined text (chat templates render
+them alike), and tool-call arguments are compared as JSON values, not as text (dialect
+translation re-serializes them; Anthropic sends them back as an object).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import orjson
+
+from ._model import Message
+
+__all__ = ["chat_message_digest", "message_digest"]
+
+_TEXT_PARTS = ("text", "input_text", "output_text")
+
+
+def _content(content: Any) -> Any:
+    if content is None:
+        return ""
+    if isinstance(content, list) and all(
+        isinstance(p, dict) and p.get("type") in _TEXT_PARTS for p in content
+    ):
+        return "".join(str(p.get("text", "")) for p in content)
+    return content
+
+
+def _arguments(arguments: Any) -> str:
+    # Sorted-key JSON text of the value; text that is not JSON stays as it is.
+    value = arguments
+    if isinstance(arguments, str):
+        try:
+            value = orjson.loads(arguments)
+        except orjson.JSONDecodeError:
+            return arguments
+    return orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
+
+
+def _digest(role: Any, content: Any, tool_calls: Iterable[tuple[str, str, Any]],
+            tool_call_id: str | None, name: str | None) -> bytes:
+    tcs = [(i, n, _arguments(a)) for i, n, a in tool_calls]
+    canon = (role, _content(content), tcs, tool_call_id or "", name or "")
+    data = orjson.dumps(canon, option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS)
+    return hashlib.blake2b(data, digest_size=16).digest()
+
+
+def message_digest(msg: Message) -> str:
+    """The canonical digest of ``msg`` as hex, the form ``Node.digest`` stores."""
+    tcs = ((t.id, t.name, t.arguments) for t in msg.tool_calls or ())
+    return _digest(msg.role, msg.content, tcs, msg.tool_call_id, msg.name).hex()
+
+
+def chat_message_digest(m: Mapping[str, Any]) -> bytes:
+    """The same digest (16 raw bytes) of an OpenAI chat message dict, without building a
+    :class:`Message` (token-in/token-out hashes every resent message)."""
+    tcs = []
+    for tc in m.get("tool_calls") or ():
+        fn = tc.get("function") or {}
+        tcs.append((str(tc.get("id") or ""), str(fn.get("name") or ""),
+                    fn.get("arguments", "")))
+    return _digest(m.get("role"), m.get("content"), tcs, m.get("tool_call_id"), m.get("name"))
