@@ -209,14 +209,16 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
 def test_check_command_reports_and_repairs(tmp_path: Path) -> None:
     run_dir = tmp_path / "r"
     asyncio.run(_crashed_run(run_dir))
-    # A wrong value in one index row (what a bit flip can do without any error).
+    # A wrong value in one index row (a bit flip, or a hand edit): its checksum no longer
+    # matches, and the check names the row and what its record says.
     conn = sqlite3.connect(run_dir / "index.sqlite")
     with conn:
         conn.execute("UPDATE episodes SET task_key = 'wrong', reward = 7.0 WHERE seq = 2")
     conn.close()
     res = _cli(str(run_dir))
     assert res.returncode == 1, res.stderr
-    assert "wrong index row at seq 2: task_key='wrong'" in res.stdout
+    assert "damaged index row at seq 2:" in res.stdout
+    assert "task_key='wrong' (record: 'task-1')" in res.stdout
     for kind in ("torn tail", "not closed", "unrecovered journals"):
         assert kind in res.stdout
     assert "--repair" in res.stderr
