@@ -24,7 +24,7 @@ from .._errors import DecodeError, StoreError
 from ..codec import decode_record
 from ..trace import Episode
 from ._layout import Layout, read_meta, store_error
-from ._recover import columns_of, connect, recover, seal_index
+from ._recover import columns_of, connect, fetch_all, recover, seal_index
 from ._schema import (
     COLUMNS,
     ROW_CRC,
@@ -156,7 +156,7 @@ def _stored_rows(conn: sqlite3.Connection) -> tuple[list[tuple[Any, ...]], bool]
     (the index has the column)."""
     present = columns_of(conn)
     select = select_list(present, ["seq", *stored_columns()])
-    rows = conn.execute(f"SELECT {select} FROM episodes ORDER BY seq").fetchall()
+    rows = fetch_all(conn, f"SELECT {select} FROM episodes ORDER BY seq")
     return rows, ROW_CRC in present
 
 

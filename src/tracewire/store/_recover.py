@@ -37,7 +37,7 @@ from ._schema import (
 from ._segments import recover_segments, write_parts
 from ._status import RunStatus
 
-__all__ = ["columns_of", "connect", "recover", "seal_index"]
+__all__ = ["columns_of", "connect", "fetch_all", "recover", "seal_index"]
 
 log = logging.getLogger("tracewire.store")
 
@@ -133,6 +133,26 @@ def _connect_reader(layout: Layout) -> sqlite3.Connection:
     conn = sqlite3.connect(f"{uri}?immutable=1", uri=True, check_same_thread=False)
     conn.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()
     return conn
+
+
+def _lossy_text(data: bytes) -> str:
+    return data.decode("utf-8", "replace")
+
+
+def fetch_all(conn: sqlite3.Connection, sql: str, args: Any = ()) -> list[tuple[Any, ...]]:
+    """``conn.execute(sql, args).fetchall()``; a TEXT value that is not UTF-8 (a damaged
+    byte) is read with replacement characters, so its row fails its checksum (and is
+    named) instead of failing the whole query."""
+    try:
+        return conn.execute(sql, args).fetchall()
+    except sqlite3.OperationalError as exc:
+        if "decode" not in str(exc):
+            raise
+    conn.text_factory = _lossy_text
+    try:
+        return conn.execute(sql, args).fetchall()
+    finally:
+        conn.text_factory = str
 
 
 def columns_of(conn: sqlite3.Connection) -> list[str]:

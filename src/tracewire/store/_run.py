@@ -20,7 +20,7 @@ from ..trace import Episode
 from ._check import CheckReport, repair_run, verify_run
 from ._journal import Journal, JournalTail
 from ._layout import Layout, WriterLock, new_meta, read_meta, store_error, write_meta
-from ._recover import columns_of, connect, recover, seal_index
+from ._recover import columns_of, connect, fetch_all, recover, seal_index
 from ._schema import COLUMNS, ROW_CRC, IndexRow, RecordRef, check_row, select_list, stored_columns
 from ._segments import read_record
 from ._status import FsyncPolicy, RunStatus
@@ -311,7 +311,7 @@ class Run:
     def _query(self, sql: str, args: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         try:
             with self._db_lock:
-                return self._conn.execute(sql, args).fetchall()
+                return fetch_all(self._conn, sql, args)
         except sqlite3.Error as exc:
             raise store_error(f"cannot read index of {self.path}", exc) from exc
 

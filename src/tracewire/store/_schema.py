@@ -176,6 +176,7 @@ _CHECK: dict[str, tuple[tuple[type, ...], bool]] = {
     n: (_PY[t.split()[0]], n in _NULLABLE) for n, t in COLUMNS.items()
 }
 _REAL = frozenset(n for n, t in COLUMNS.items() if t.split()[0] == "REAL")
+_REAL_POS = tuple(i for i, n in enumerate(COLUMNS) if n in _REAL)
 #: The checksum column: CRC32C of the row's other values (NULL only in rows an older build
 #: wrote, where the index has no such column).
 ROW_CRC = "row_crc"
@@ -191,9 +192,19 @@ def stored_columns() -> list[str]:
 
 
 def row_crc(values: Sequence[Any]) -> int:
-    """CRC32C of a row's values in ``COLUMNS`` order, as SQLite returns them (msgpack keeps
-    the type apart: 1 and 1.0, NULL and "", differ)."""
-    return int(crc32c.crc32c(_ENCODE.encode(tuple(values))))
+    """CRC32C of a row's values in ``COLUMNS`` order, taken as SQLite gives them back
+    (a REAL column's int as float, NaN as NULL, -0.0 as 0.0); msgpack keeps types apart,
+    so 1 and 1.0, NULL and "" differ. Whoever writes index rows binds this as ``row_crc``."""
+    vals = list(values)
+    for i in _REAL_POS:
+        v = vals[i] if i < len(vals) else None
+        if isinstance(v, int | float) and not isinstance(v, bool):
+            f = float(v) + 0.0
+            vals[i] = None if f != f else f
+    try:
+        return int(crc32c.crc32c(_ENCODE.encode(vals)))
+    except (UnicodeEncodeError, msgspec.EncodeError, OverflowError):
+        return -1  # matches no stored checksum (those are unsigned)
 
 
 def check_row(seq: Any, values: Sequence[Any], required: bool) -> None:
