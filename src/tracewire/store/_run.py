@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import operator
 import os
 import shutil
 import sqlite3
@@ -21,7 +22,7 @@ from ._check import CheckReport, repair_run, verify_run
 from ._journal import Journal, JournalTail
 from ._layout import Layout, WriterLock, new_meta, read_meta, store_error, write_meta
 from ._recover import columns_of, connect, fetch_all, recover, seal_index
-from ._schema import COLUMNS, ROW_CRC, IndexRow, RecordRef, check_row, select_list, stored_columns
+from ._schema import COLUMNS, ROW_CRC, IndexRow, RecordRef, check_rows, select_list, stored_columns
 from ._segments import read_record
 from ._status import FsyncPolicy, RunStatus
 from ._writer import AppendItem, FlushItem, JournalItem, Writer
@@ -349,13 +350,13 @@ class Run:
                  ) -> list[tuple[Any, ...]]:
         """Raw values of ``columns`` of the rows ``where`` selects, each row's checksum
         verified first (a damaged row raises ``StoreError`` naming it)."""
+        rows = self._query(f"SELECT {self._select} FROM episodes{where}", args)
+        check_rows(rows, self._crc_required)
         pos = [_POS[c] for c in columns]
-        req = self._crc_required
-        out = []
-        for r in self._query(f"SELECT {self._select} FROM episodes{where}", args):
-            check_row(r[0], r[1:], req)
-            out.append(tuple(r[i] for i in pos))
-        return out
+        if len(pos) == 1:
+            return [(r[pos[0]],) for r in rows]
+        get = operator.itemgetter(*pos)
+        return [get(r) for r in rows]
 
     def __len__(self) -> int:
         return int(self._query("SELECT COUNT(*) FROM episodes")[0][0])
