@@ -18,6 +18,7 @@ import errno
 import logging
 import os
 import sqlite3
+import time
 from typing import Any
 
 from .._errors import DecodeError, StoreError
@@ -225,9 +226,12 @@ def _refill(found: _Found, seen: set[tuple[int, int]], seq: int, values: tuple[A
     if want is None or key in seen or found.ids.get(want.episode_id) != key:
         return ("delete", seq, None)
     seen.add(key)
+    # ``written`` (when the row was indexed) is not in the record: keep the stored one
+    # unless it is not a time this row could have (then the repair's own time).
     written = values[_WRITTEN]
-    if isinstance(written, float) and written == written:
-        want = dataclasses.replace(want, written=written)
+    now = time.time()
+    ok = isinstance(written, float) and 0.0 < written <= now
+    want = dataclasses.replace(want, written=written if ok else now)
     return ("replace", seq, want)
 
 
