@@ -186,8 +186,10 @@ async def test_seeded_bit_flips_in_the_index_are_caught_or_raise_store_error(
         except StoreError:
             raised += 1
             got, report = None, None
-        if got is not None and got != truth:
-            assert report is not None and not report.ok, f"flip {bit}: wrong rows, check OK"
+        # Row checksums: a damaged row is a StoreError on read, never a different value.
+        assert got is None or got == truth, f"flip {bit}: rows read back wrong, no error"
+        if got is None:
+            assert report is None or not report.ok, f"flip {bit}: read failed, check OK"
             caught += 1
         elif got == truth and report is not None and report.ok:
             silent += 1  # the flip hit bytes no row depends on (free space, padding)
@@ -196,8 +198,8 @@ async def test_seeded_bit_flips_in_the_index_are_caught_or_raise_store_error(
         with open_run(run_dir) as r:
             assert {(x.episode_id, x.task_key, x.reward) for x in r.rows()} == truth
         shutil.rmtree(run_dir)
-    assert caught + raised > 0  # the flips did damage rows, and none of it went unnoticed
-    print(f"bit flips: {caught} wrong rows caught by check, {raised} StoreError, "
+    assert raised > 0  # the flips did damage rows, and none of it went unnoticed
+    print(f"bit flips: {raised} StoreError ({caught} also reported by check), "
           f"{silent} harmless")
 
 
