@@ -270,3 +270,24 @@ def test_an_index_with_a_damaged_table_definition_is_rebuilt(tmp_path: Path) -> 
     Run.repair(run_dir)  # rows rewritten in place still read back wrong: rebuilt
     with open_run(run_dir) as r:
         assert [x.episode_id for x in r.rows()] == ids and r.verify().ok
+
+
+async def test_a_writer_of_an_older_build_locking_only_the_file_still_excludes(
+    tmp_path: Path,
+) -> None:
+    import fcntl
+
+    run_dir = tmp_path / "r"
+    async with await Run.create(run_dir):
+        pass
+    fd = os.open(run_dir / "lock", os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # what an older build's writer holds
+        with pytest.raises(StoreError, match="live writer"):
+            await Run.create(run_dir, resume=True)
+        with open_run(run_dir) as r:
+            assert r.layout.writer_alive()
+    finally:
+        os.close(fd)
+    async with await Run.create(run_dir, resume=True) as run:
+        await run.append(build(3, turns=1, n=8))
