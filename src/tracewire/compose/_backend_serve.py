@@ -2,14 +2,16 @@
 
 The eval process starts the model server (given, or the built-in one on loopback), an env
 server whose workers each run :func:`serve_factory` (the environment and one proxy in
-front of that model server), and one client; each rollout is one ``run`` call, and the
-episode is persisted as the frames that arrived (``append_frames``). The eval's identity of
+front of that model server), and one client; each rollout is one ``run`` call whose deltas
+stream to this process, where the episode assembled from them is journaled as they arrive
+(as a local rollout is) and appended when it ends. A client killed mid-rollout so keeps
+what it received: ``--resume`` stores it as an incomplete episode. The eval's identity of
 an episode (group, rollout index, run) rides in the task request, so the worker's episode
 is keyed and seeded exactly as a local one: ``--resume`` works across backends.
 
 At most once: a run the server fails (``WorkerDiedError``, ``RunTimeout``, ``BusyError``)
-is stored as a failed rollout marked incomplete, never retried here; ``--resume`` runs it
-again when asked.
+is stored as a failed rollout marked incomplete (with the turns received before the
+failure), never retried here; ``--resume`` runs it again when asked.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from .._errors import ServeError
 from ..env import Environment, Task, Timeouts, close_http_client, load_environment, run_rollout
 from ..proxy import Proxy, ProxyConfig
 from ..serve import EnvClient, Runner, ServerConfig, make_pool, serve_env
-from ..store import Run
+from ..store import Journal, Run
 from ..trace import Episode
 from ._options import RolloutPlan, ServePlan
 from ._runtime import with_runtime
@@ -114,7 +116,7 @@ def failed_rollout(episode: Episode, exc: ServeError) -> Episode:
 
 
 class ServeRollouts:
-    """Rollouts sent to an env server's workers, persisted as the frames that arrived."""
+    """Rollouts sent to an env server's workers, journaled as their deltas arrive."""
 
     def __init__(self, client: EnvClient, upstream: str, model: str) -> None:
         self.client = client
@@ -122,16 +124,31 @@ class ServeRollouts:
         self.model = model
 
     async def rollout(self, run: Run, task: Task, episode: Episode) -> Episode:
-        """One rollout on a worker; a server failure is stored as a failed rollout."""
+        """One rollout on a worker, journaled while in flight; a server failure is stored
+        as a failed rollout (the part received, if any)."""
+        journal: Journal | None = None
+
+        def on_delta(_delta: object, received: Episode) -> None:
+            # On the receive loop, after each delta is applied to ``received``.
+            nonlocal journal
+            if journal is None:
+                journal = run.journal(received)
+            else:
+                journal.update()
+
         try:
-            res = await self.client.run(_request(task, episode), keep_frames=True)
-        except ServeError as exc:
-            failed = failed_rollout(episode, exc)
-            await run.append(failed)
-            return failed
-        assert res.frames is not None  # keep_frames=True
-        await run.append_frames(res.frames)
-        return res.episode
+            try:
+                res = await self.client.run(_request(task, episode), on_delta=on_delta)
+            except ServeError as exc:
+                # The worker's own episode (its id names the journal), as far as it came.
+                failed = failed_rollout(journal.episode if journal else episode, exc)
+                await run.append(failed)
+                return failed
+            await run.append(res.episode)  # deletes its journal once stored
+            return res.episode
+        finally:
+            if journal is not None:
+                journal.close()
 
 
 @contextlib.asynccontextmanager

@@ -12,7 +12,7 @@ from ._cli_import import IMPORT_COMMAND
 from ._journal import Journal
 from ._layout import Layout
 from ._run import Run, open_run, remove_run
-from ._schema import COLUMNS, IndexRow, RecordRef
+from ._schema import COLUMNS, ROW_CRC, IndexRow, RecordRef, row_crc
 from ._status import EpisodeStatus, FsyncPolicy, RunStatus
 
 __all__ = [
@@ -20,6 +20,7 @@ __all__ = [
     "COLUMNS",
     "EXPORT_COMMAND",
     "IMPORT_COMMAND",
+    "ROW_CRC",
     "EpisodeStatus",
     "FsyncPolicy",
     "IndexRow",
@@ -30,4 +31,5 @@ __all__ = [
     "RunStatus",
     "open_run",
     "remove_run",
+    "row_crc",
 ]
