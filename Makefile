@@ -22,6 +22,14 @@ test: $(STAMP)
 	$(PY) -m mypy
 	$(PY) -m pytest
 
+# The quick lane (see CONTRIBUTING.md): no browser, Ray, real model, sandbox or agent CLI,
+# and none of the slow sweeps; lanes are given by path in tests/conftest.py.
+FAST := not (slow or browser or ray or realmodel or sandbox or agent)
+test-fast: $(STAMP)
+	$(PY) -m ruff check src tests bench
+	$(PY) -m mypy
+	$(PY) -m pytest -q -m "$(FAST)"
+
 lint: $(STAMP)
 	$(PY) -m ruff check src tests bench
 	$(PY) -m mypy

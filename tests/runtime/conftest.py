@@ -20,7 +20,8 @@ VENV_PYTHON = os.path.join(VENV, "bin", "python")
 PYTHON = os.path.realpath(sys.executable)
 
 BWRAP_REASON = asyncio.run(bwrap_usable())
-needs_bwrap = pytest.mark.skipif(BWRAP_REASON is not None, reason=str(BWRAP_REASON))
+# The reason starts "bwrap:" either way: tests/conftest.py puts these in the sandbox lane.
+needs_bwrap = pytest.mark.skipif(BWRAP_REASON is not None, reason=f"bwrap: {BWRAP_REASON}")
 
 
 def agent_file(name: str) -> str:

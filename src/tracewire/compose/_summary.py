@@ -8,7 +8,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..trace import Episode
+from ..trace import Episode, InfoKey
 
 __all__ = ["Summary", "Tally", "pass_at_k"]
 
@@ -92,7 +92,7 @@ class Tally:
         reward = episode.reward
         self.rewards.append(reward)
         self.groups[episode.task_key].append(reward)
-        tm = episode.info.get("tito_mismatch")
+        tm = episode.info.get(InfoKey.TITO_MISMATCH)
         if isinstance(tm, int) and not isinstance(tm, bool):
             self.tito_mismatch = (self.tito_mismatch or 0) + tm
         if trace is None:

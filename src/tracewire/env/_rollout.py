@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from .._errors import PhaseTimeout
-from ..trace import Episode, Span, StopReason, Trace
+from ..trace import Episode, InfoKey, Span, StopReason, Trace
 from ._api import Environment, Task, Timeouts, as_task, call_user
 from ._context import Rollout, http_client
 from ._session import ProxyLike, SessionLike
@@ -211,10 +211,10 @@ async def _cleanup(env: Environment, rollout: Rollout, proxy: ProxyLike) -> None
             await finish(rollout.session.id)
         except LookupError:
             pass
-        figures = [t.info["tito_mismatch"] for t in rollout.episode.traces
-                   if isinstance(t.info.get("tito_mismatch"), int)]
+        figures = [t.info[InfoKey.TITO_MISMATCH] for t in rollout.episode.traces
+                   if isinstance(t.info.get(InfoKey.TITO_MISMATCH), int)]
         if figures:  # the index column tito_mismatch reads it from episode.info
-            rollout.episode.info["tito_mismatch"] = sum(figures)
+            rollout.episode.info[InfoKey.TITO_MISMATCH] = sum(figures)
     try:
         proxy.registry.delete(rollout.session.id)
     except LookupError:

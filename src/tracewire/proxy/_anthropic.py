@@ -8,7 +8,7 @@ from typing import Any
 
 import orjson
 
-from ._dialect import Adapter, Streamer, UpReq, up_from_dict
+from ._dialect import Adapter, HarnessRequest, Streamer, up_from_dict
 from ._graph import Outcome
 from ._http import BadRequest, sse
 from ._rawjson import RawSpan
@@ -219,7 +219,7 @@ def to_chat(body: dict[str, Any], tool_args: Mapping[str, str] | None = None
     return chat
 
 
-def parse(body: bytes, tool_args: Mapping[str, str] | None = None) -> UpReq:
+def parse(body: bytes, tool_args: Mapping[str, str] | None = None) -> HarnessRequest:
     """Parse and translate an Anthropic request body."""
     d = load_object(body)
     return up_from_dict(to_chat(d, tool_args), d, body)
@@ -250,7 +250,7 @@ class _AnthropicStreamer(Streamer):
     dialect = "anthropic"
     keepalive = sse({"type": "ping"}, "ping")
 
-    def __init__(self, up: UpReq) -> None:
+    def __init__(self, up: HarnessRequest) -> None:
         self.model = up.model
         self.id = "msg_" + uuid.uuid4().hex[:24]
         self.block = -1
@@ -319,10 +319,11 @@ class AnthropicAdapter(Adapter):
     endpoint = "messages"
     dialect = "anthropic"
 
-    def parse(self, body: bytes, tool_args: Mapping[str, str] | None = None) -> UpReq:
+    def parse(self, body: bytes, tool_args: Mapping[str, str] | None = None) -> HarnessRequest:
         return parse(body, tool_args)
 
-    def reply(self, up: UpReq, d: dict[str, Any], out: Outcome, raw: bytes | None) -> bytes:
+    def reply(self, up: HarnessRequest, d: dict[str, Any], out: Outcome,
+              raw: bytes | None) -> bytes:
         ch = out.choices[0] if out.choices else None
         return orjson.dumps({
             "id": "msg_" + uuid.uuid4().hex[:24], "type": "message", "role": "assistant",
@@ -330,5 +331,5 @@ class AnthropicAdapter(Adapter):
             "stop_reason": _STOP.get((ch.finish_reason if ch else None) or "stop", "end_turn"),
             "stop_sequence": None, "usage": _usage(out)})
 
-    def streamer(self, up: UpReq) -> Streamer:
+    def streamer(self, up: HarnessRequest) -> Streamer:
         return _AnthropicStreamer(up)

@@ -19,7 +19,7 @@ from ._rawjson import SENTINEL_JSON, RawSpan, find_value, render, skip_ws, skip_
 from ._upstream import strip_added
 from ._validate import check_depth, checked_message, fail, load_json, type_name
 
-__all__ = ["SAMPLING_KEYS", "Adapter", "ChatAdapter", "Spliced", "Streamer", "UpReq"]
+__all__ = ["SAMPLING_KEYS", "Adapter", "ChatAdapter", "HarnessRequest", "Spliced", "Streamer"]
 
 SAMPLING_KEYS = (
     "temperature", "top_p", "top_k", "min_p", "max_tokens", "max_completion_tokens", "n",
@@ -34,7 +34,7 @@ _CLOSE_BRACE = 0x7D
 
 
 @dataclass
-class UpReq:
+class HarnessRequest:
     """A harness request in upstream (chat completions) form, plus what matching needs."""
 
     stream: bool = False
@@ -140,7 +140,7 @@ class UpReq:
         return out
 
 
-def _scalars(up: UpReq, get: Any) -> None:
+def _scalars(up: HarnessRequest, get: Any) -> None:
     up.stream = bool(get("stream"))
     model = get("model")
     if model is not None and not isinstance(model, str):
@@ -151,7 +151,7 @@ def _scalars(up: UpReq, get: Any) -> None:
         check_depth(v, k)
 
 
-def _finish(up: UpReq, tb: dict[str, bytes]) -> UpReq:
+def _finish(up: HarnessRequest, tb: dict[str, bytes]) -> HarnessRequest:
     def get(k: str) -> Any:
         v = tb.get(k)
         return None if v is None else load_json(v, k)
@@ -174,7 +174,7 @@ def _messages_span(body: bytes, raw: bytes) -> RawSpan | None:
     return RawSpan(body, j, j + len(raw))
 
 
-def parse_chat_bytes(body: bytes) -> UpReq:
+def parse_chat_bytes(body: bytes) -> HarnessRequest:
     """Split a chat-completions body without decoding the messages (the fast path)."""
     try:
         top = _decode_top(body)
@@ -189,7 +189,7 @@ def parse_chat_bytes(body: bytes) -> UpReq:
     rb = [bytes(r) for r in raws]
     hashes = [raw_hash(r) for r in rb]
     hasher = hashlib.blake2b(b"".join(hashes), digest_size=16)
-    up = UpReq(top=tb, raws=rb, hashes=hashes, hasher=hasher,
+    up = HarnessRequest(top=tb, raws=rb, hashes=hashes, hasher=hasher,
                msgs_span=_messages_span(body, tb["messages"]), raw_body=body)
     return _finish(up, tb)
 
@@ -221,7 +221,7 @@ def splice_chat(body: bytes, cache: RequestCache | None) -> Spliced | None:
     return Spliced(body, body[:j] + b"[" + SENTINEL_JSON + body[p:], j, p, cache)
 
 
-def parse_spliced(sp: Spliced) -> UpReq | None:
+def parse_spliced(sp: Spliced) -> HarnessRequest | None:
     """Parse a spliced body: only the new messages are split and hashed. None when the
     placeholder is not the first top-level message (the caller parses the full body)."""
     try:
@@ -241,15 +241,15 @@ def parse_spliced(sp: Spliced) -> UpReq | None:
     hashes = [raw_hash(r) for r in rb]
     hasher = sp.cache.hasher.copy()
     hasher.update(b"".join(hashes))
-    up = UpReq(top=tb, raws=rb, hashes=hashes, hasher=hasher, extends=True,
+    up = HarnessRequest(top=tb, raws=rb, hashes=hashes, hasher=hasher, extends=True,
                base=sp.cache.node, msgs_span=RawSpan(sp.body, sp.start, end),
                raw_body=sp.body)
     return _finish(up, tb)
 
 
-def up_from_dict(body: dict[str, Any], original: dict[str, Any], raw: bytes) -> UpReq:
-    """An :class:`UpReq` for a translated request."""
-    up = UpReq(body=body, original=original, retry_material=raw)
+def up_from_dict(body: dict[str, Any], original: dict[str, Any], raw: bytes) -> HarnessRequest:
+    """An :class:`HarnessRequest` for a translated request."""
+    up = HarnessRequest(body=body, original=original, retry_material=raw)
     _scalars(up, body.get)
     return up
 
@@ -284,7 +284,7 @@ class Adapter:
         #: Extra upstream request fields that ask for token ids and logprobs.
         self.token_fields = token_fields
 
-    def parse(self, body: bytes, tool_args: Mapping[str, str] | None = None) -> UpReq:
+    def parse(self, body: bytes, tool_args: Mapping[str, str] | None = None) -> HarnessRequest:
         """Parse (and translate) a harness request body; ``BadRequest`` if malformed.
         ``tool_args`` maps tool-call ids to the arguments text the model produced, so a
         translated dialect echoes a tool call back as that text."""
@@ -294,15 +294,16 @@ class Adapter:
         """The cheap known-prefix check (chat pass-through only)."""
         return None
 
-    def parse_spliced(self, sp: Spliced) -> UpReq | None:
+    def parse_spliced(self, sp: Spliced) -> HarnessRequest | None:
         """Parse a body :meth:`splice` accepted (None: parse it in full instead)."""
         return None
 
-    def reply(self, up: UpReq, d: dict[str, Any], out: Outcome, raw: bytes | None) -> bytes:
+    def reply(self, up: HarnessRequest, d: dict[str, Any], out: Outcome,
+              raw: bytes | None) -> bytes:
         """The non-streamed answer body for the harness."""
         raise NotImplementedError
 
-    def streamer(self, up: UpReq) -> Streamer:
+    def streamer(self, up: HarnessRequest) -> Streamer:
         """A streamer for one streamed answer."""
         raise NotImplementedError
 
@@ -324,7 +325,7 @@ def _drop_null_usage(line: bytes) -> bytes | None:
 
 
 class _ChatStreamer(Streamer):
-    def __init__(self, up: UpReq, token_fields: dict[str, Any]) -> None:
+    def __init__(self, up: HarnessRequest, token_fields: dict[str, Any]) -> None:
         self.strip_ids = not up.want_ids and "return_token_ids" in token_fields
         self.strip_lp = not up.want_logprobs and "logprobs" in token_fields
         #: The proxy asked for usage on the harness's behalf: hide what that added.
@@ -357,16 +358,17 @@ class ChatAdapter(Adapter):
     endpoint = "chat"
     dialect = "openai"
 
-    def parse(self, body: bytes, tool_args: Mapping[str, str] | None = None) -> UpReq:
+    def parse(self, body: bytes, tool_args: Mapping[str, str] | None = None) -> HarnessRequest:
         return parse_chat_bytes(body)  # passed through: the harness's own text is sent
 
     def splice(self, body: bytes, cache: RequestCache | None) -> Spliced | None:
         return splice_chat(body, cache)
 
-    def parse_spliced(self, sp: Spliced) -> UpReq | None:
+    def parse_spliced(self, sp: Spliced) -> HarnessRequest | None:
         return parse_spliced(sp)
 
-    def reply(self, up: UpReq, d: dict[str, Any], out: Outcome, raw: bytes | None) -> bytes:
+    def reply(self, up: HarnessRequest, d: dict[str, Any], out: Outcome,
+              raw: bytes | None) -> bytes:
         strip_ids = not up.want_ids and "return_token_ids" in self.token_fields
         strip_lp = not up.want_logprobs and "logprobs" in self.token_fields
         if not (strip_ids or strip_lp) and raw is not None:
@@ -374,5 +376,5 @@ class ChatAdapter(Adapter):
         strip_added(d, ids=strip_ids, logprobs=strip_lp)
         return render(d, out.span)
 
-    def streamer(self, up: UpReq) -> Streamer:
+    def streamer(self, up: HarnessRequest) -> Streamer:
         return _ChatStreamer(up, self.token_fields)

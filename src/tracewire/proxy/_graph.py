@@ -20,7 +20,7 @@ import numpy as np
 import orjson
 from numpy.typing import NDArray
 
-from ..trace import Call, Message, ToolCall, Trace, message_digest
+from ..trace import Call, InfoKey, Message, ToolCall, Trace, message_digest
 from ._prompt import PromptCache, PromptIds
 from ._rawjson import RawSpan
 
@@ -339,12 +339,12 @@ class TurnGraph:
                 base = self._rewritten_from(parent, new, prompt)
                 if base is None:
                     # Re-tokenized history: the whole request becomes a new root.
-                    trace.info["token_mismatches"] = int(
-                        trace.info.get("token_mismatches", 0)) + 1
+                    trace.info[InfoKey.TOKEN_MISMATCHES] = int(
+                        trace.info.get(InfoKey.TOKEN_MISMATCHES, 0)) + 1
                     start, rest_ids, every = None, full, all_messages()
                 else:
-                    trace.info["history_rewrites"] = int(
-                        trace.info.get("history_rewrites", 0)) + 1
+                    trace.info[InfoKey.HISTORY_REWRITES] = int(
+                        trace.info.get(InfoKey.HISTORY_REWRITES, 0)) + 1
                     start, rest_ids = base
                     every = all_messages()[self._depth(start):]
                 parent = start

@@ -9,7 +9,7 @@ from typing import Any
 
 import orjson
 
-from ._dialect import Adapter, Streamer, UpReq, up_from_dict
+from ._dialect import Adapter, HarnessRequest, Streamer, up_from_dict
 from ._graph import Outcome
 from ._http import BadRequest, sse
 from ._rawjson import RawSpan
@@ -169,7 +169,7 @@ def to_chat(body: dict[str, Any], tool_args: Mapping[str, str] | None = None,
     return chat
 
 
-def parse(body: bytes, tool_args: Mapping[str, str] | None = None) -> UpReq:
+def parse(body: bytes, tool_args: Mapping[str, str] | None = None) -> HarnessRequest:
     """Parse and translate a Responses request body."""
     d = load_object(body)
     dropped: list[str] = []
@@ -188,7 +188,7 @@ def _fc_item(item_id: str, call_id: str, name: str, args: str, status: str) -> d
             "arguments": args, "status": status}
 
 
-def _response(resp_id: str, up: UpReq, out: Outcome | None, output: list[dict[str, Any]],
+def _response(resp_id: str, up: HarnessRequest, out: Outcome | None, output: list[dict[str, Any]],
               created: int) -> dict[str, Any]:
     orig = up.original or {}
     ch = out.choices[0] if out is not None and out.choices else None
@@ -230,7 +230,7 @@ def _output(out: Outcome) -> list[dict[str, Any]]:
 
 
 class _ResponsesStreamer(Streamer):
-    def __init__(self, up: UpReq) -> None:
+    def __init__(self, up: HarnessRequest) -> None:
         self.up = up
         self.id = "resp_" + uuid.uuid4().hex[:24]
         self.created = int(time.time())
@@ -326,12 +326,13 @@ class ResponsesAdapter(Adapter):
     endpoint = "responses"
     dialect = "openai"
 
-    def parse(self, body: bytes, tool_args: Mapping[str, str] | None = None) -> UpReq:
+    def parse(self, body: bytes, tool_args: Mapping[str, str] | None = None) -> HarnessRequest:
         return parse(body, tool_args)
 
-    def reply(self, up: UpReq, d: dict[str, Any], out: Outcome, raw: bytes | None) -> bytes:
+    def reply(self, up: HarnessRequest, d: dict[str, Any], out: Outcome,
+              raw: bytes | None) -> bytes:
         r = _response("resp_" + uuid.uuid4().hex[:24], up, out, _output(out), int(time.time()))
         return orjson.dumps(r)
 
-    def streamer(self, up: UpReq) -> Streamer:
+    def streamer(self, up: HarnessRequest) -> Streamer:
         return _ResponsesStreamer(up)

@@ -42,6 +42,7 @@ from ..samples import (
     encode_parts,
 )
 from ..sessions import GoneReason, SessionSpec, SessionStatus, decode_spec
+from ..trace import InfoKey
 from ._session import Session, SessionRegistry
 
 
@@ -324,14 +325,14 @@ class SessionAPI:
         session = self._session(request)
         counts = await asyncio.to_thread(self.builder(session).summary)
         await self.proxy.finish_session(session.id)  # tito_mismatch, when token-in/out
-        tito = {k: session.trace.info[k] for k in ("tito_mismatch", "tito")
+        tito = {k: session.trace.info[k] for k in (InfoKey.TITO_MISMATCH, InfoKey.TITO)
                 if k in session.trace.info}
         return _json(
             {
                 "session_id": session.id,
                 "status": session.status,
                 **counts,
-                "token_mismatches": session.trace.info.get("token_mismatches", 0),
+                "token_mismatches": session.trace.info.get(InfoKey.TOKEN_MISMATCHES, 0),
                 **_not_forwarded(session),
                 "created": session.created,
                 "last_used": session.last_used,
@@ -416,7 +417,7 @@ class SessionAPI:
             "group_index": session.group_index,
             "trace_id": session.trace.id,
             "turns": builder.summary()["turns"],
-            "token_mismatches": session.trace.info.get("token_mismatches", 0),
+            "token_mismatches": session.trace.info.get(InfoKey.TOKEN_MISMATCHES, 0),
             "max_seq_len": max_seq_len,
             "dropped_leaves": [leaf for leaf in candidates if leaf not in kept],
         }

@@ -20,7 +20,7 @@ from aiohttp import web
 from .._errors import UpstreamError
 from ..trace import Call, Span
 from ._config import ProxyConfig
-from ._dialect import Adapter, UpReq
+from ._dialect import Adapter, HarnessRequest
 from ._graph import Outcome, Prepared, RequestCache
 from ._http import BadRequest, error_response
 from ._prompt import PromptIds, parse_full, parse_tail
@@ -51,7 +51,7 @@ class Turn:
     __slots__ = ("adapter", "call", "ikey", "offload", "prep", "request", "rkey", "session",
                  "up", "upstream")
 
-    def __init__(self, *, session: Session, adapter: Adapter, up: UpReq, prep: Prepared,
+    def __init__(self, *, session: Session, adapter: Adapter, up: HarnessRequest, prep: Prepared,
                  call: Call, request: UpstreamRequest, upstream: Upstream, rkey: str,
                  ikey: str | None, offload: Offload) -> None:
         self.session = session
@@ -146,7 +146,7 @@ class TurnPipeline:
         """The turn for ``body``, or the remembered answer when it is an SDK retry of a
         committed request. ``BadRequest`` when the body cannot be recorded."""
         off = self.offload
-        up: UpReq | None = None
+        up: HarnessRequest | None = None
         # A harness resends its history: when the messages extend the last committed
         # request byte for byte, only the new ones are parsed and hashed.
         sp = adapter.splice(body, session.graph.request_cache)
@@ -270,7 +270,7 @@ def not_forwarded_flags(session: Session, names: list[str]) -> list[str]:
     return [NOT_FORWARDED, *(f"{NOT_FORWARDED}:{n}" for n in dict.fromkeys(names))]
 
 
-def _with_usage(up: UpReq, fields: dict[str, Any]) -> dict[str, Any]:
+def _with_usage(up: HarnessRequest, fields: dict[str, Any]) -> dict[str, Any]:
     """The upstream fields with ``stream_options.include_usage`` on, kept with the
     harness's other stream options (dict form: set in the body itself)."""
     if up.body is not None:
@@ -285,7 +285,7 @@ def _with_usage(up: UpReq, fields: dict[str, Any]) -> dict[str, Any]:
                                          "include_usage": True}}
 
 
-def _match(session: Session, up: UpReq) -> Prepared:
+def _match(session: Session, up: HarnessRequest) -> Prepared:
     g = session.graph
     parent, k = g.match_fast(up.hashes, up.base) if up.hashes is not None else (None, 0)
     try:

@@ -4,7 +4,7 @@ Clients talk to one ROUTER socket; workers connect (DEALER) to a second one. A r
 becomes one job per episode; jobs wait in a bounded queue and go to the least-loaded ready
 worker while fewer than ``max_inflight`` run. Worker output is routed by its 9-byte job frame
 and forwarded to the client as it arrived (no decoding, no copy). Worker start, restart,
-scaling, hang detection and timeouts live in :class:`~tracewire.serve._workers.Workers`.
+scaling, hang detection and timeouts live in :class:`~tracewire.serve._supervisor.Workers`.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from ._protocol import (
     parse_job_frame,
 )
 from ._runner import RunnerFactory, factory_ref, standin_factory
-from ._workers import Job, Workers, WorkerState
+from ._supervisor import Job, Workers, WorkerState
 
 __all__ = ["EnvServer"]
 
@@ -323,7 +323,7 @@ class EnvServer:
             self.expire(now)
             self.workers.check(now)
 
-    # -- what the worker manager needs (the Broker protocol of _workers) --------------------
+    # -- what the worker manager needs (the Broker protocol of _supervisor) ----------------
     def waiting(self) -> int:
         """Episodes queued for want of a free worker."""
         return len(self.queue)

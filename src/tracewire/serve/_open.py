@@ -18,11 +18,13 @@ from ._config import ServerConfig
 from ._pool import InlinePool, LocalProcessPool, WorkerPool
 from ._runner import RunnerFactory
 
-__all__ = ["BACKENDS", "Backend", "make_pool", "serve_env"]
+__all__ = ["WORKER_BACKENDS", "WorkerBackend", "make_pool", "serve_env"]
 
-Backend = Literal["process", "inline", "ray"]
+#: Where an env server's workers run: local processes, tasks in its own process, Ray actors
+#: (compose's ``Backend`` says where rollouts run; its process and ray use these).
+WorkerBackend = Literal["process", "inline", "ray"]
 #: The worker backends ``tracewire serve --backend`` and :func:`serve_env` know.
-BACKENDS: tuple[Backend, ...] = ("process", "inline", "ray")
+WORKER_BACKENDS: tuple[WorkerBackend, ...] = ("process", "inline", "ray")
 
 
 def make_pool(backend: str = "process", *, ray_address: str | None = None,
@@ -37,7 +39,7 @@ def make_pool(backend: str = "process", *, ray_address: str | None = None,
         from ._ray import RayPool  # imports nothing of Ray until the pool is used
 
         return RayPool(address=ray_address, num_cpus=worker_cpus, resources=worker_resources)
-    raise ValueError(f"unknown worker backend {backend!r} (one of {', '.join(BACKENDS)})")
+    raise ValueError(f"unknown worker backend {backend!r} (one of {', '.join(WORKER_BACKENDS)})")
 
 
 @contextlib.asynccontextmanager

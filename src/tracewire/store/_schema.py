@@ -28,6 +28,7 @@ import orjson
 
 from .._errors import StoreError
 from ..codec import TraceSummary, decode_summary
+from ..trace import InfoKey
 from ._status import EpisodeStatus
 
 __all__ = [
@@ -389,8 +390,8 @@ def _row(
         offset=ref.offset,
         length=ref.length,
         crc=ref.crc,
-        step=_int_info(e.info, "step"),
-        policy_version=_int_info(e.info, "policy_version"),
-        tito_mismatch=_int_info(e.info, "tito_mismatch"),
+        step=_int_info(e.info, InfoKey.STEP),
+        policy_version=_int_info(e.info, InfoKey.POLICY_VERSION),
+        tito_mismatch=_int_info(e.info, InfoKey.TITO_MISMATCH),
     )
 

@@ -34,7 +34,7 @@ import aiohttp
 import orjson
 
 from ..proxy import StreamChunk, TurnContext, Upstream, UpstreamReply, UpstreamRequest
-from ..trace import Trace
+from ..trace import InfoKey, Trace
 from ._codecs import (
     Generation,
     SamplingParams,
@@ -363,7 +363,7 @@ class TokenUpstream(Upstream):
                 "rerenders": dict(st.session.rerenders),
                 "rerender_turns": list(st.rerender_turns),
                 "malformed_tool_calls": st.malformed}
-        return {"tito_mismatch": int(rep["mismatch"]), "tito": tito}
+        return {InfoKey.TITO_MISMATCH: int(rep["mismatch"]), InfoKey.TITO: tito}
 
     async def count_tokens(self, body: dict[str, Any]) -> int:
         """Prompt tokens of ``body`` as a full render (the template, not the bridge)."""

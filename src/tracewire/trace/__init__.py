@@ -3,6 +3,7 @@
 from ._branch import Branch
 from ._columns import BASE_COLUMNS, Columns
 from ._digest import chat_message_digest, message_digest
+from ._info import InfoKey
 from ._model import (
     SCHEMA_VERSION,
     Call,
@@ -27,6 +28,7 @@ __all__ = [
     "Columns",
     "Episode",
     "ErrorInfo",
+    "InfoKey",
     "Link",
     "Message",
     "Node",

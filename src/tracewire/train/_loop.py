@@ -25,6 +25,7 @@ import numpy as np
 import orjson
 
 from .._errors import EnvError
+from ..trace import InfoKey
 from ._objective import group_advantages, pg_coefficients
 from ._wiring import (
     MODEL_NAME,
@@ -186,8 +187,8 @@ class _Trainer:
                 ep = Episode(env=self.env.name, task_key=task.key, task=dict(task.data),
                              group_id=f"{self.run_key}/{index}/{task.key}", group_index=i,
                              run=self.run_key)
-                ep.info["step"] = index
-                ep.info["policy_version"] = version
+                ep.info[InfoKey.STEP] = index
+                ep.info[InfoKey.POLICY_VERSION] = version
                 await run_rollout(self.env, task, proxy=proxy, episode=ep, model=MODEL_NAME,
                                   sampling={"temperature": self.cfg.temperature,
                                             "top_p": self.cfg.top_p},
