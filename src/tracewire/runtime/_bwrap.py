@@ -287,10 +287,13 @@ class BwrapRuntime(Runtime):
         await run_process(wrap + limits + self.sandbox_argv(argv, cwd), result, env=full,
                           cwd=str(self.host_workdir()), timeout=timeout, stdin=stdin,
                           watch=watch)
+        after = cg.counters() if cg is not None else {}
+        fired = [k for k, v in after.items() if v > before.get(k, 0)]
+        if fired:
+            # Kept even when the command recovered and exited 0 (a fork bomb it stopped).
+            result.extra["limits_hit"] = {k: after[k] - before.get(k, 0) for k in fired}
         if result.limit is None and not result.timed_out:
             if result.exit_code not in (0, None):
-                after = cg.counters() if cg is not None else {}
-                fired = [k for k, v in after.items() if v > before.get(k, 0)]
                 result.limit = fired[0] if fired else _SIGNAL_LIMITS.get(result.exit_code or 0)
             if result.limit is None and disk is not None and disk_full(disk):
                 result.limit = "disk"
