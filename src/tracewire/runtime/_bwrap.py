@@ -261,7 +261,7 @@ class BwrapRuntime(Runtime):
     def _visible(self, path: str) -> bool:
         """Whether a host path is inside something bound into the sandbox."""
         _, prefix = _interpreter()
-        roots = ("/usr", *_ETC_DIRS, *_ETC_FILES, prefix, *self.ro_paths, *self.rw_paths,
+        roots = ("/usr", *_SYSTEM, *_ETC_DIRS, *_ETC_FILES, prefix, *self.ro_paths, *self.rw_paths,
                  *self.sandbox_path, *self._exposed.binds, INSIDE_WORKDIR, "/tmp")
         p = os.path.normpath(path)
         return any(p == r or p.startswith(r.rstrip("/") + "/") for r in roots)

@@ -261,8 +261,13 @@ def main(argv: list[str]) -> int:
     if port:
         lsock = _socket.socket(_socket.AF_INET, _socket.SOCK_STREAM)
         lsock.setsockopt(_socket.SOL_SOCKET, _socket.SO_REUSEADDR, 1)
-        lsock.bind(("127.0.0.1", port))
-        lsock.listen(128)
+        try:
+            lsock.bind(("127.0.0.1", port))
+            lsock.listen(128)
+        except OSError as exc:
+            # E.g. a port below 1024: the sandbox holds no capability to bind it.
+            sys.stderr.write(f"{PREFIX}cannot listen on 127.0.0.1:{port}: {exc}\n")
+            return 126
         _thread.start_new_thread(_relay_forever, (lsock, path))
     if not cmd:
         forever = _thread.allocate_lock()
