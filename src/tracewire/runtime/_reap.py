@@ -23,6 +23,7 @@ import re
 import shutil
 import signal
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -180,14 +181,19 @@ def reap_stale(tmpdir: str, owner: int | None = None, wait_s: float = 0.0) -> li
 
 _janitor: dict[str, int] = {}  # tmpdir -> pid of the process that started its janitor
 _janitor_pipes: list[int] = []
+_janitor_lock = threading.Lock()  # boots run start_janitor in worker threads, concurrently
 
 
 def start_janitor(tmpdir: str) -> None:
     """Reap leftovers now, and start (once per process and ``tmpdir``) a janitor that
     reaps this process's sandboxes when it dies, SIGKILL included."""
     reap_stale(tmpdir)
-    if _janitor.get(tmpdir) == os.getpid():
-        return
+    with _janitor_lock:
+        if _janitor.get(tmpdir) != os.getpid():
+            _spawn_janitor(tmpdir)
+
+
+def _spawn_janitor(tmpdir: str) -> None:
     r, w = os.pipe()  # both non-inheritable; the janitor gets r as its stdin only
     try:
         os.posix_spawn(
