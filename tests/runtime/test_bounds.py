@@ -11,6 +11,7 @@ import secrets
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -214,6 +215,63 @@ async def test_sigkilled_harness_leaves_nothing_after_the_next_start() -> None:
                        for line in Path("/proc/self/mountinfo").read_text().splitlines())  # noqa: ASYNC240
     finally:
         _end(proc)
+
+
+_EVAL_ENV = """
+from tracewire.compose import runtime_factory
+from tracewire.env import CommandHarness, Environment, Task, Timeouts
+from tracewire.runtime import Limits
+
+env = Environment("sleepy", tasks=[Task("t0", {{}})], timeouts=Timeouts(agent=600),
+                  harness=CommandHarness(["/bin/sh", "-c", {script!r}], runtime=runtime_factory(
+                      "bwrap", limits=Limits(processes=64, disk_bytes=4 << 20))))
+"""
+
+
+def _owned_by(pid: int) -> list[dict[str, object]]:
+    """The sandbox directories whose owner lock names ``pid``, with what they list."""
+    found = []
+    tmp = Path(tempfile.gettempdir())
+    for d in tmp.glob("tw-bwrap-*"):
+        try:
+            info = json.loads((d / "owner.lock").read_text())
+        except (OSError, ValueError):
+            continue
+        if info.get("pid") == pid:
+            found.append({"state": str(d), "cgroups": info.get("cgroups", [])})
+    return found
+
+
+async def test_sigkilled_eval_mid_rollout_leaves_nothing_after_the_next_start(
+        tmp_path: Path) -> None:
+    """``tracewire eval`` (model, proxy, rollout, sandbox in one process) SIGKILLed while
+    its agent runs; its janitor is killed too, so the next start must clean up."""
+    marker = "tw-evalkill-" + secrets.token_hex(4)
+    env_file = tmp_path / "sleepy_env.py"
+    env_file.write_text(_EVAL_ENV.format(script=f"(sleep 600; : {marker}) & sleep 600 # {marker}"))
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "tracewire", "eval", str(env_file), "-q", "--out",
+        str(tmp_path / "run"), stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.DEVNULL)
+    try:
+        for _ in range(1200):
+            if procs_with(marker) or proc.returncode is not None:
+                break
+            await asyncio.sleep(0.05)
+        assert procs_with(marker), "the rollout's agent never started"
+        (where,) = _owned_by(proc.pid)
+        assert where["cgroups"] and _left(where, marker)
+        for j in _janitor_of(proc.pid):
+            os.kill(j, signal.SIGKILL)
+        proc.kill()
+        await proc.wait()
+        async with BwrapRuntime():  # the next start
+            pass
+        assert await _wait_clean(where, marker) == []
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
 
 
 async def test_sigkilled_harness_is_cleaned_by_its_janitor() -> None:
