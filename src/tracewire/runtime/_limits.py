@@ -10,6 +10,7 @@ process and breaks programs that reserve large address ranges (node, Go, the JVM
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import re
 import secrets
@@ -20,6 +21,17 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ._api import Limits
+
+log = logging.getLogger("tracewire.runtime")
+_warned: set[str] = set()
+
+
+def _unavailable(why: str) -> None:
+    """Say once per reason why sandboxes get rlimits instead of a cgroup."""
+    if why not in _warned:
+        _warned.add(why)
+        log.warning("sandbox cgroup not made (%s): processes/memory limits fall back to "
+                    "rlimits, which do not stop a fork bomb run as root", why)
 
 __all__ = ["Cgroup", "own_cgroups", "prlimit_argv"]
 
@@ -57,16 +69,22 @@ def _counter(path: Path, key: str) -> int:
     return 0
 
 
-def _mounts() -> list[tuple[str, str, str, set[str]]]:
+def _read(path: str) -> str:
+    try:
+        return Path(path).read_text()
+    except OSError:
+        return ""
+
+
+def _mounts(mountinfo: str) -> list[tuple[str, str, str, set[str]]]:
     """(fs type, root inside the hierarchy, mount point, options) of each cgroup mount."""
     out = []
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/self/mountinfo").read_text().splitlines():
-            left, sep, right = line.partition(" - ")
-            f, r = left.split(), right.split()
-            if not sep or len(f) < 5 or len(r) < 3 or r[0] not in ("cgroup", "cgroup2"):
-                continue
-            out.append((r[0], _unescape(f[3]), _unescape(f[4]), set(r[2].split(","))))
+    for line in mountinfo.splitlines():
+        left, sep, right = line.partition(" - ")
+        f, r = left.split(), right.split()
+        if not sep or len(f) < 5 or len(r) < 3 or r[0] not in ("cgroup", "cgroup2"):
+            continue
+        out.append((r[0], _unescape(f[3]), _unescape(f[4]), set(r[2].split(","))))
     return out
 
 
@@ -78,30 +96,37 @@ def _unescape(field: str) -> str:
 def _inside(mount_root: str, path: str) -> str | None:
     """``path`` relative to a mount of its hierarchy rooted at ``mount_root`` (None: the
     mount does not show it)."""
+    if ".." in path.split("/"):
+        return None  # outside this cgroup namespace's root: not reachable by a path here
     root = mount_root.rstrip("/")
-    if path == root or not root:
-        return path.lstrip("/") if not root else ""
+    if not root:
+        return path.lstrip("/")
+    if path == root:
+        return ""
     if path.startswith(root + "/"):
         return path[len(root) + 1:]
     return None
 
 
-def own_cgroups(controllers: list[str]) -> dict[str, tuple[Path, bool]]:
+def own_cgroups(controllers: list[str], *, proc_cgroup: str | None = None,
+                mountinfo: str | None = None) -> dict[str, tuple[Path, bool]]:
     """For each controller, the directory of this process's own cgroup in the hierarchy
     that has it and whether that is v2 (read from ``/proc/self/cgroup`` and the mount
-    table; a controller in a v1 hierarchy is taken from there, as on hybrid systems)."""
+    table, or the texts given; a controller in a v1 hierarchy is taken from there, as on
+    hybrid systems)."""
     own_v1: dict[str, str] = {}
     own_v2: str | None = None
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/self/cgroup").read_text().splitlines():
-            hid, _, rest = line.partition(":")
-            ctrls, _, where = rest.partition(":")
-            if hid == "0" and ctrls == "":
-                own_v2 = where
-            for c in ctrls.split(","):
-                if c:
-                    own_v1[c] = where
-    mounts = _mounts()
+    if proc_cgroup is None:
+        proc_cgroup = _read("/proc/self/cgroup")
+    for line in proc_cgroup.splitlines():
+        hid, _, rest = line.partition(":")
+        ctrls, _, where = rest.partition(":")
+        if hid == "0" and ctrls == "":
+            own_v2 = where
+        for c in ctrls.split(","):
+            if c:
+                own_v1[c] = where
+    mounts = _mounts(_read("/proc/self/mountinfo") if mountinfo is None else mountinfo)
     found: dict[str, tuple[Path, bool]] = {}
     for ctrl in controllers:
         v1 = own_v1.get(ctrl)
@@ -175,16 +200,20 @@ class Cgroup:
                         dirs["unified"] = cls._mkdir(parent / name, record)
                 else:
                     dirs[ctrl] = cls._mkdir(parent / name, record)
-        except OSError:
+        except OSError as exc:
             cls(dirs, v2).remove()
+            _unavailable(f"cannot make {name} below this process's cgroup: {exc.strerror}")
             return None
         if not dirs:
+            _unavailable(f"no {'/'.join(wanted)} controller in this process's cgroup that "
+                         "may have children (on cgroup v2 they must be delegated to it)")
             return None
         cg = cls(dirs, v2)
         try:
             cg._set(limits)
-        except OSError:
+        except OSError as exc:
             cg.remove()
+            _unavailable(f"cannot set its limits: {exc}")
             return None
         return cg
 
