@@ -55,7 +55,6 @@ async def test_fork_bomb_then_recover_still_reaches_the_proxy(proxy: Proxy) -> N
         res = await rt.exec([PYTHON, "agent.py", MODEL_NAME], timeout=120)
     assert not res.timed_out, res.to_info()
     out = json.loads(res.stdout.decode().strip().splitlines()[-1])
-    print(out)
     assert out["children"] > 10, out  # the limit was really reached
     # During exhaustion the call got an answer (or a refusal), never a hang...
     assert out["during"]["status"] is not None, out
