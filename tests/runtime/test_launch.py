@@ -30,17 +30,29 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+REFUSAL = b"HTTP/1.1 403 Refused\r\nContent-Length: 2\r\nConnection: close\r\n\r\nno"
+
+
+async def _echo(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+    with contextlib.suppress(OSError):
+        while data := await r.read(65536):
+            if data.startswith(b"REFUSE"):
+                # As the host relay does: answer and close while the body still comes.
+                w.write(REFUSAL)
+                await w.drain()
+                break
+            w.write(data.upper())
+            await w.drain()
+    w.close()
+
+
 @contextlib.asynccontextmanager
 async def launcher(nofile: int | None = None
                    ) -> AsyncIterator[tuple[int, asyncio.subprocess.Process]]:
-    """An echo server on a Unix socket (upper-casing what it gets) and a launcher relaying
-    ``127.0.0.1:PORT`` to it, optionally with ``RLIMIT_NOFILE`` = ``nofile``."""
-    async def echo(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
-        with contextlib.suppress(OSError):
-            while data := await r.read(65536):
-                w.write(data.upper())
-                await w.drain()
-        w.close()
+    """An echo server on a Unix socket (upper-casing what it gets; ``REFUSE…`` gets a 403
+    and a close) and a launcher relaying ``127.0.0.1:PORT`` to it, optionally with
+    ``RLIMIT_NOFILE`` = ``nofile``."""
+    echo = _echo
 
     with tempfile.TemporaryDirectory(prefix="tw-launch-") as d:
         path = os.path.join(d, "s.sock")
@@ -81,6 +93,28 @@ async def test_relays_both_ways_on_many_connections() -> None:
             assert got == want
             w.write_eof()  # half-close passes through: the echo server ends, so do we
             assert await asyncio.wait_for(r.read(), 30) == b""
+            w.close()
+
+
+async def test_an_answer_before_the_body_ends_still_reaches_the_client() -> None:
+    async with launcher() as (port, _):
+        for _ in range(5):
+            r, w = await asyncio.open_connection("127.0.0.1", port)
+            w.write(b"REFUSE please\r\n")
+            await w.drain()
+
+            async def body(w: asyncio.StreamWriter = w) -> None:
+                with contextlib.suppress(OSError):
+                    for _ in range(64):
+                        w.write(b"x" * 65536)
+                        await w.drain()
+
+            sending = asyncio.create_task(body())
+            got = await asyncio.wait_for(r.read(), 30)
+            assert got == REFUSAL
+            sending.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await sending
             w.close()
 
 

@@ -48,7 +48,10 @@ class _Relay:
         self.peer: dict[int, int] = {}
         self.pending: dict[int, bytearray] = {}  # bytes waiting to be written to this fd
         self.eof: set[int] = set()  # fds whose read side has ended
-        self.shut: set[int] = set()  # fds whose write side we shut
+        self.shut: set[int] = set()  # fds whose write side we shut (or that failed)
+        self.dead: set[int] = set()  # fds a write failed on: what is for them is dropped
+        self.dropped: dict[int, int] = {}  # bytes read and dropped, per fd
+        self.clients: set[int] = set()  # the accepted (agent) side of each pair
         self.registered: dict[int, int] = {}
         self.notes = 0
         self.paused = False
@@ -153,6 +156,7 @@ class _Relay:
         self.socks[a], self.socks[b] = conn, up
         self.peer[a], self.peer[b] = b, a
         self.pending[a], self.pending[b] = bytearray(), bytearray()
+        self.clients.add(a)
         self.update(a)
         self.update(b)
 
@@ -168,16 +172,20 @@ class _Relay:
             self.pending.pop(x, None)
             self.eof.discard(x)
             self.shut.discard(x)
+            self.dead.discard(x)
+            self.dropped.pop(x, None)
+            self.clients.discard(x)
         if self.paused:
             self.resume()  # a descriptor was freed: try the listener again
 
     def update(self, fd: int) -> None:
-        """Poll ``fd`` for what it can do now; close the pair once both ways are done."""
+        """Poll ``fd`` for what it can do now; close the pair once both ways are done
+        (each side's read ended and its write side shut)."""
         if fd not in self.socks:
             return
         peer = self.peer[fd]
         mask = 0
-        if fd not in self.eof and len(self.pending[peer]) < _HIGH_WATER:
+        if fd not in self.eof and (peer in self.dead or len(self.pending[peer]) < _HIGH_WATER):
             mask |= _IN
         if self.pending[fd]:
             mask |= _OUT
@@ -188,7 +196,7 @@ class _Relay:
                 self.socks[fd].shutdown(_socket.SHUT_WR)
             except OSError:
                 pass
-        if fd in self.shut and peer in self.shut:
+        if fd in self.shut and peer in self.shut and fd in self.eof and peer in self.eof:
             self.close_pair(fd)
             return
         if mask == 0:
@@ -202,26 +210,50 @@ class _Relay:
                 self.poll.register(fd, mask)
             self.registered[fd] = mask
 
+    def _write_failed(self, fd: int) -> None:
+        # Nothing more reaches ``fd``; what it still sends (the host's 403 after refusing
+        # a request whose body is still coming) is delivered, and what is sent to it is
+        # read and dropped, so closing never resets a client before it reads the answer.
+        self.dead.add(fd)
+        self.shut.add(fd)
+        self.pending[fd].clear()
+
     def on_event(self, fd: int, ev: int) -> None:
         sock = self.socks[fd]
         peer = self.peer[fd]
-        try:
-            if ev & _OUT or (ev & select.POLLHUP and self.pending[fd]):
+        if ev & (_OUT | select.POLLHUP | select.POLLERR) and self.pending[fd]:
+            try:
                 n = sock.send(self.pending[fd])
                 del self.pending[fd][:n]
-            if ev & (_IN | select.POLLHUP | select.POLLERR) and fd not in self.eof:
+            except (BlockingIOError, InterruptedError):
+                pass
+            except OSError:
+                if fd in self.clients:
+                    self.close_pair(fd)  # the agent's side is gone: nobody to answer
+                    return
+                self._write_failed(fd)
+        if ev & (_IN | select.POLLHUP | select.POLLERR) and fd not in self.eof:
+            try:
                 data = sock.recv(65536)
-                if data:
-                    self.pending[peer] += data
-                else:
+            except (BlockingIOError, InterruptedError):
+                data = None
+            except OSError:
+                data = b""  # reset: its read side is over (a write to it will fail too)
+            if data is not None:
+                if not data:
                     self.eof.add(fd)
-            elif ev & select.POLLERR:
-                raise ConnectionResetError
-        except (BlockingIOError, InterruptedError):
-            pass
-        except OSError:
-            self.close_pair(fd)
-            return
+                elif peer in self.dead:
+                    self.dropped[fd] = self.dropped.get(fd, 0) + len(data)
+                    if self.dropped[fd] > _HIGH_WATER * 4:
+                        self.eof.add(fd)  # enough lingering: give up on its EOF
+                else:
+                    self.pending[peer] += data
+        elif ev & select.POLLERR:
+            if fd in self.clients:
+                self.close_pair(fd)
+                return
+            self.eof.add(fd)
+            self._write_failed(fd)
         self.update(fd)
         self.update(peer)
 
