@@ -103,18 +103,13 @@ async def test_an_answer_before_the_body_ends_still_reaches_the_client() -> None
             w.write(b"REFUSE please\r\n")
             await w.drain()
 
-            async def body(w: asyncio.StreamWriter = w) -> None:
-                with contextlib.suppress(OSError):
-                    for _ in range(64):
-                        w.write(b"x" * 65536)
-                        await w.drain()
-
-            sending = asyncio.create_task(body())
+            # The rest of a 512 KiB body (under the relay's lingering bound), sent while
+            # the host end has already answered and closed: the answer must survive it.
+            for _ in range(8):
+                w.write(b"x" * 65536)
+                await w.drain()
             got = await asyncio.wait_for(r.read(), 30)
             assert got == REFUSAL
-            sending.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await sending
             w.close()
 
 
