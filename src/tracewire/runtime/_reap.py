@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
+import logging
 import os
 import re
 import shutil
@@ -201,9 +202,14 @@ def _spawn_janitor(tmpdir: str) -> None:
             [sys.executable, "-I", "-S", os.path.abspath(__file__), "watch", tmpdir,
              str(os.getpid())],
             {"PATH": os.defpath}, file_actions=[(os.POSIX_SPAWN_DUP2, r, 0)], setsid=True)
-    except OSError:
+    except OSError as exc:
         os.close(w)
-        raise
+        # Not fatal: without a janitor, leftovers wait for the next boot's reaping.
+        logging.getLogger("tracewire.runtime").warning(
+            "no sandbox janitor (%s): a killed harness's sandboxes are reaped at the next "
+            "start only", exc)
+        _janitor[tmpdir] = os.getpid()
+        return
     finally:
         os.close(r)
     # The write end stays open, unused, for this process's life: its close is the signal.
