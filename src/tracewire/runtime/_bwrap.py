@@ -16,9 +16,14 @@ agent's packages must be passed in ``ro_paths``. On machines where Python lives 
 directory (``/root/.pyenv``), only that prefix is bound, not the home directory.
 
 Limits (:class:`Limits`): CPU seconds, file size and open files are rlimits set by
-``prlimit``; processes and memory use a cgroup (v2 or v1) when tracewire may make one (as
-root, usually), else rlimits (``RLIMIT_NPROC`` does not bind root: without a cgroup a fork
-bomb as root is only stopped by the timeout).
+``prlimit``; processes and memory use a cgroup (v2 or v1) below this process's own when
+tracewire may make one (as root, usually), else rlimits (``RLIMIT_NPROC`` does not bind
+root: without a cgroup a fork bomb as root is only stopped by the timeout); ``disk_bytes``
+is a tmpfs holding ``/workspace`` and ``/tmp`` (``_disk.py``).
+
+Cleanup when the harness dies without closing: ``owner.lock`` in the runtime's directory
+and the janitor (``_reap.py``); an executable outside ``/usr``: ``sandbox_path`` and
+:meth:`BwrapRuntime.provide` (``_resolve.py``).
 """
 
 from __future__ import annotations
