@@ -136,9 +136,9 @@ async def evaluate(
         raise ValueError("need r >= 1, concurrency >= 1, workers >= 1 and n >= 0")
     if resume and out is None:
         raise EnvError("--resume needs --out (the run directory to continue)")
-    # Env-server workers load the environment themselves, by the name it was given as.
+    # Env-server workers load the environment themselves, by the reference it was found by.
     serve = ServePlan(workers=workers, concurrency=concurrency,
-                      env_ref=env if isinstance(env, str) else None, ray_address=ray_address,
+                      env_ref=env if isinstance(env, str) else env.ref, ray_address=ray_address,
                       worker_cpus=worker_cpus, worker_resources=worker_resources,
                       runtime=runtime if isinstance(runtime, str) else None,
                       ro_paths=tuple(ro_paths), sandbox_paths=tuple(sandbox_paths))
