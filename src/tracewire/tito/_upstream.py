@@ -22,7 +22,6 @@ runs in a worker thread, one at a time.
 from __future__ import annotations
 
 import asyncio
-import time
 import uuid
 from collections import OrderedDict
 from collections.abc import AsyncIterator
@@ -35,15 +34,20 @@ import orjson
 
 from ..proxy import StreamChunk, TurnContext, Upstream, UpstreamReply, UpstreamRequest
 from ..trace import Trace
+from ._answer import chat_reply, delta_of, finish_of, stream_chunk
 from ._codecs import (
+    LENGTH_SLACK,
     Generation,
     SamplingParams,
     StreamDecoder,
     UpstreamApi,
+    check_ids,
     decode_response,
     encode_request,
     error_message,
+    refusal,
     request_path,
+    sampling_keys,
 )
 from ._errors import TemplateError, TruncatedTurnError, UpstreamShapeError
 from ._family import LengthRule
@@ -57,20 +61,28 @@ from ._tokenizer import ChatTokenizer, IncrementalDecoder
 
 __all__ = ["TokenUpstream"]
 
-_SAMPLING = ("temperature", "top_p", "top_k", "min_p", "presence_penalty",
-             "frequency_penalty", "repetition_penalty", "seed")
+#: Bytes a reply may take per requested token (ids, logprobs, top-20 alternatives with
+#: their text) before it is refused unread, plus a fixed allowance.
+REPLY_BYTES_PER_TOKEN = 8192
+REPLY_BYTES_FIXED = 1 << 20
 
 
-def _finish(gen: Generation, parsed: ParsedCompletion) -> str:
-    if gen.finish_reason == "stop" and parsed.tool_calls:
-        return "tool_calls"
-    return gen.finish_reason or "stop"
+def _json(status: int, raw: bytes) -> Any:
+    try:
+        data = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise UpstreamShapeError(f"model server answered non-JSON ({status})") from exc
+    if status >= 400:
+        raise UpstreamShapeError(error_message(data) or f"model server error {status}",
+                                 status if status < 500 else 502)
+    return data
 
 
-def _logprobs(gen: Generation) -> dict[str, Any]:
-    return {"content": [{"token": f"token_id:{i}", "logprob": lp, "bytes": None,
-                         "top_logprobs": []} for i, lp in zip(gen.ids, gen.logprobs,
-                                                             strict=True)]}
+def _too_long(n: int, params: SamplingParams) -> UpstreamShapeError | None:
+    if n > params.max_tokens + LENGTH_SLACK:
+        return UpstreamShapeError(f"upstream streamed {n} completion ids for max_tokens "
+                                  f"{params.max_tokens}; not recorded")
+    return None
 
 
 @dataclass(slots=True)
@@ -125,15 +137,20 @@ class TokenUpstream(Upstream):
     def _sampling(self, body: dict[str, Any]) -> SamplingParams:
         if int(body.get("n") or 1) != 1:
             raise UpstreamShapeError("token-in/token-out serves n=1 only", 400)
+        why = refusal(self.api, body)
+        if why is not None:
+            raise UpstreamShapeError(why, 400)
         mt = body.get("max_completion_tokens", body.get("max_tokens"))
         top = body.get("top_logprobs")
+        temp, top_p = body.get("temperature"), body.get("top_p")
         return SamplingParams(
             max_tokens=int(mt) if isinstance(mt, int) and mt > 0 else self.default_max_tokens,
-            temperature=float(body.get("temperature", 1.0)),
-            top_p=float(body.get("top_p", 1.0)),
+            temperature=1.0 if temp is None else float(temp),
+            top_p=1.0 if top_p is None else float(top_p),
             stop_ids=self.builder.family.stop_ids,
             top_logprobs=int(top) if isinstance(top, int) else 0,
-            extra={k: body[k] for k in _SAMPLING if k in body})
+            extra={k: body[k] for k in ("temperature", "top_p", *sampling_keys(self.api))
+                   if k in body})
 
     wants_context = True
 
@@ -204,79 +221,83 @@ class TokenUpstream(Upstream):
         async with self._lock:
             self.session.commit(plan, parsed.as_message(), gen.ids, gen.ended_by_stop)
 
-    def _reply(self, plan: Plan, parsed: ParsedCompletion, gen: Generation) -> dict[str, Any]:
-        prompt = plan.prompt_ids
-        return {
-            "id": "chatcmpl-" + uuid.uuid4().hex, "object": "chat.completion",
-            "created": int(time.time()), "model": self.model,
-            "prompt_token_ids": prompt,
-            "choices": [{"index": 0, "message": parsed.as_message(),
-                         "finish_reason": _finish(gen, parsed), "token_ids": gen.ids,
-                         "logprobs": _logprobs(gen)}],
-            "usage": {"prompt_tokens": len(prompt), "completion_tokens": len(gen.ids),
-                      "total_tokens": len(prompt) + len(gen.ids)},
-        }
+    def _decode(self, status: int, raw: bytes, params: SamplingParams, plan: Plan
+                ) -> tuple[Generation, ParsedCompletion, dict[str, Any]]:
+        # Parse, validate (ids within the vocabulary, no more than asked for), detokenize
+        # and build the answer: in a worker thread when the reply is big.
+        gen = decode_response(self.api, _json(status, raw), stop_ids=params.stop_ids)
+        check_ids(gen.ids, vocab_size=self.builder.tok.vocab_size,
+                  max_tokens=params.max_tokens)
+        parsed = parse_completion(self.builder.tok.decode(gen.ids), self.builder.family,
+                                  think_opened=self._think_opened(plan))
+        return gen, parsed, chat_reply(self.model, plan.prompt_ids, parsed, gen)
+
+    async def _ask_whole(self, body: dict[str, Any], request: UpstreamRequest
+                         ) -> tuple[Plan, Generation, ParsedCompletion, dict[str, Any]]:
+        params = self._sampling(body)
+        plan = await self._plan(body, request)
+        payload = encode_request(self.api, plan.prompt_ids, params, model=self.model,
+                                 stream=False)
+        status, raw = await self._post(payload, params)
+        gen, parsed, reply = await self.offload(len(raw), self._decode, status, raw, params,
+                                                plan)
+        await self._commit(plan, parsed, gen, request)
+        return plan, gen, parsed, reply
 
     # -- Upstream -------------------------------------------------------------------
 
     async def chat(self, request: UpstreamRequest) -> UpstreamReply:
         """One non-streamed turn (see module docstring)."""
-        body = request.body()
-        plan = await self._plan(body, request)
-        payload = encode_request(self.api, plan.prompt_ids, self._sampling(body),
-                                 model=self.model, stream=False)
-        data = await self._post(payload)
-        gen = decode_response(self.api, data)
-        text = self.builder.tok.decode(gen.ids)
-        parsed = parse_completion(text, self.builder.family,
-                                  think_opened=self._think_opened(plan))
-        await self._commit(plan, parsed, gen, request)
-        return UpstreamReply(self._reply(plan, parsed, gen), None, None)
+        _, _, _, reply = await self._ask_whole(request.body(), request)
+        return UpstreamReply(reply, None, None)
 
-    async def _post(self, payload: dict[str, Any]) -> Any:
+    async def _post(self, payload: dict[str, Any], params: SamplingParams
+                    ) -> tuple[int, bytes]:
+        # A reply is bounded by what was asked for: a runaway body is refused unread.
+        cap = REPLY_BYTES_FIXED + REPLY_BYTES_PER_TOKEN * params.max_tokens
+        raw = bytearray()
         try:
             async with self._http_client().post(self._url(), data=orjson.dumps(payload),
                                                 headers={"Content-Type": "application/json"}
                                                 ) as resp:
-                raw = await resp.read()
+                if (resp.content_length or 0) > cap:
+                    raise UpstreamShapeError(f"model server answered {resp.content_length} "
+                                             f"bytes for max_tokens {params.max_tokens}")
+                async for part in resp.content.iter_chunked(1 << 16):
+                    raw += part
+                    if len(raw) > cap:
+                        raise UpstreamShapeError(f"model server answered over {cap} bytes "
+                                                 f"for max_tokens {params.max_tokens}")
                 status = resp.status
         except (aiohttp.ClientError, TimeoutError) as exc:
             raise UpstreamShapeError(f"model server unreachable: {exc}") from exc
-        try:
-            data = orjson.loads(raw)
-        except orjson.JSONDecodeError as exc:
-            raise UpstreamShapeError(f"model server answered non-JSON ({status})") from exc
-        if status >= 400:
-            raise UpstreamShapeError(error_message(data) or f"model server error {status}",
-                                     status if status < 500 else 502)
-        return data
+        return status, bytes(raw)
 
     async def stream_chat(self, request: UpstreamRequest) -> AsyncIterator[StreamChunk]:
         """One streamed turn: text relayed as the server streams, tool calls once parsed,
         each chunk carrying its ``token_ids`` and logprobs; prompt ids on the first."""
         body = request.body()
-        plan = await self._plan(body, request)
         cid = "chatcmpl-" + uuid.uuid4().hex
         if self.api is UpstreamApi.GENERATE:
             # Asked whole (its streamed shape is not documented), relayed as one chunk.
-            gen = decode_response(self.api, await self._post(encode_request(
-                self.api, plan.prompt_ids, self._sampling(body), model=self.model)))
-            parsed = parse_completion(self.builder.tok.decode(gen.ids), self.builder.family,
-                                      think_opened=self._think_opened(plan))
-            await self._commit(plan, parsed, gen, request)
+            plan, gen, parsed, reply = await self._ask_whole(body, request)
             msg = parsed.as_message()
             delta = {k: v for k, v in msg.items() if v is not None}
             if "tool_calls" in delta:
                 delta["tool_calls"] = [{"index": i, **tc}
                                        for i, tc in enumerate(delta["tool_calls"])]
-            yield self._chunk(cid, delta, gen.ids, gen.logprobs, _finish(gen, parsed),
-                              plan.prompt_ids, usage=self._reply(plan, parsed, gen)["usage"])
+            yield self._chunk(stream_chunk(self.model, cid, delta, gen.ids, gen.logprobs,
+                                           finish_of(gen, parsed), plan.prompt_ids,
+                                           usage=reply["usage"]))
             return
-        payload = encode_request(self.api, plan.prompt_ids, self._sampling(body),
-                                 model=self.model, stream=True)
-        dec = StreamDecoder(self.api)
+        params = self._sampling(body)
+        plan = await self._plan(body, request)
+        payload = encode_request(self.api, plan.prompt_ids, params, model=self.model,
+                                 stream=True)
+        dec = StreamDecoder(self.api, stop_ids=params.stop_ids)
         detok = IncrementalDecoder(self.builder.tok)
         parser = StreamParser(self.builder.family, think_opened=self._think_opened(plan))
+        vocab = self.builder.tok.vocab_size
         first = True
         n_calls = 0
         try:
@@ -284,13 +305,8 @@ class TokenUpstream(Upstream):
                                                 headers={"Content-Type": "application/json"}
                                                 ) as resp:
                 if resp.status >= 400:
-                    raw = await resp.read()
-                    try:
-                        why = error_message(orjson.loads(raw))
-                    except orjson.JSONDecodeError:
-                        why = None
-                    raise UpstreamShapeError(why or f"model server error {resp.status}",
-                                             resp.status if resp.status < 500 else 502)
+                    _json(resp.status, await resp.read())
+                    raise UpstreamShapeError(f"model server error {resp.status}")
                 async for line in resp.content:
                     line = line.strip()
                     if not line.startswith(b"data:"):
@@ -307,41 +323,35 @@ class TokenUpstream(Upstream):
                     if len(piece.logprobs) != len(piece.ids):
                         raise UpstreamShapeError("streamed chunk: logprob count differs "
                                                  "from its token count; not recorded")
-                    events = parser.feed(detok.add(piece.ids))
-                    delta, n_calls = _delta(events, n_calls)
-                    if first:
-                        delta.setdefault("role", "assistant")
-                    yield self._chunk(cid, delta, piece.ids, piece.logprobs, None,
-                                      plan.prompt_ids if first else None)
-                    first = False
+                    too_long = _too_long(len(dec.gen.ids), params)
+                    if too_long is not None:
+                        raise too_long
+                    check_ids(piece.ids, vocab_size=vocab)
+                    if piece.ids or first:
+                        events = parser.feed(detok.add(piece.ids))
+                        delta, n_calls = delta_of(events, n_calls)
+                        if first:
+                            delta.setdefault("role", "assistant")
+                        yield self._chunk(stream_chunk(
+                            self.model, cid, delta, piece.ids, piece.logprobs, None,
+                            plan.prompt_ids if first else None))
+                        first = False
+                    if dec.done:
+                        break  # llama-server's last chunk, or a stop id it does not know
         except (aiohttp.ClientError, TimeoutError) as exc:
             raise UpstreamShapeError(f"model server stream broke: {exc}") from exc
         gen = dec.finish()
         events = parser.close()
-        delta, n_calls = _delta(events, n_calls)
+        delta, n_calls = delta_of(events, n_calls)
         await self._commit(plan, parser.result, gen, request)
-        yield self._chunk(cid, delta, [], [], _finish(gen, parser.result),
-                          plan.prompt_ids if first else None,
-                          usage={"prompt_tokens": plan.point.length,
-                                 "completion_tokens": len(gen.ids),
-                                 "total_tokens": plan.point.length + len(gen.ids)})
+        yield self._chunk(stream_chunk(
+            self.model, cid, delta, [], [], finish_of(gen, parser.result),
+            plan.prompt_ids if first else None,
+            usage={"prompt_tokens": plan.point.length, "completion_tokens": len(gen.ids),
+                   "total_tokens": plan.point.length + len(gen.ids)}))
 
-    def _chunk(self, cid: str, delta: dict[str, Any], ids: list[int], lps: list[float],
-               finish: str | None, prompt: list[int] | None,
-               usage: dict[str, int] | None = None) -> StreamChunk:
-        ch: dict[str, Any] = {"index": 0, "delta": delta, "finish_reason": finish,
-                              "token_ids": ids,
-                              "logprobs": {"content": [
-                                  {"token": f"token_id:{i}", "logprob": lp, "bytes": None,
-                                   "top_logprobs": []}
-                                  for i, lp in zip(ids, lps, strict=True)]}}
-        d: dict[str, Any] = {"id": cid, "object": "chat.completion.chunk",
-                             "created": int(time.time()), "model": self.model,
-                             "choices": [ch]}
-        if prompt is not None:
-            d["prompt_token_ids"] = prompt
-        if usage is not None:
-            d["usage"] = usage
+    @staticmethod
+    def _chunk(d: dict[str, Any]) -> StreamChunk:
         return StreamChunk(b"data: " + orjson.dumps(d), d, None)
 
     async def models(self) -> bytes:
@@ -370,19 +380,6 @@ class TokenUpstream(Upstream):
         r = await asyncio.to_thread(self.builder.render_full, body.get("messages") or [],
                                     body.get("tools"))
         return len(r.ids)
-
-
-def _delta(events: list[Any], n_calls: int) -> tuple[dict[str, Any], int]:
-    delta: dict[str, Any] = {}
-    for e in events:
-        if e.kind == "content":
-            delta["content"] = delta.get("content", "") + e.text
-        elif e.kind == "reasoning":
-            delta["reasoning_content"] = delta.get("reasoning_content", "") + e.text
-        elif e.call is not None:
-            delta.setdefault("tool_calls", []).append({"index": n_calls, **e.call.as_openai()})
-            n_calls += 1
-    return delta, n_calls
 
 
 def _as_upstream_error(exc: Exception) -> UpstreamShapeError:
