@@ -248,8 +248,13 @@ class TokenUpstream(Upstream):
 
     async def chat(self, request: UpstreamRequest) -> UpstreamReply:
         """One non-streamed turn (see module docstring)."""
-        _, _, _, reply = await self._ask_whole(request.body(), request)
-        return UpstreamReply(reply, None, None)
+        _, gen, _, reply = await self._ask_whole(request.body(), request)
+        raw = None
+        if len(gen.ids) * 64 > self.thread_threshold_bytes:
+            # A big answer goes with its bytes (they equal ``reply``): the proxy sizes its
+            # work by them and reads the answer in a worker thread, off the event loop.
+            raw = await asyncio.to_thread(orjson.dumps, reply)
+        return UpstreamReply(reply, raw, None)
 
     async def _post(self, payload: dict[str, Any], params: SamplingParams
                     ) -> tuple[int, bytes]:
@@ -262,12 +267,14 @@ class TokenUpstream(Upstream):
                                                 ) as resp:
                 if (resp.content_length or 0) > cap:
                     raise UpstreamShapeError(f"model server answered {resp.content_length} "
-                                             f"bytes for max_tokens {params.max_tokens}")
+                                             f"bytes for max_tokens {params.max_tokens}; "
+                                             "not recorded")
                 async for part in resp.content.iter_chunked(1 << 16):
                     raw += part
                     if len(raw) > cap:
                         raise UpstreamShapeError(f"model server answered over {cap} bytes "
-                                                 f"for max_tokens {params.max_tokens}")
+                                                 f"for max_tokens {params.max_tokens}; "
+                                                 "not recorded")
                 status = resp.status
         except (aiohttp.ClientError, TimeoutError) as exc:
             raise UpstreamShapeError(f"model server unreachable: {exc}") from exc
