@@ -1,0 +1,98 @@
+"""The llamacpp codec against the real llama-server: what it parses equals what the server
+put on the wire (read here without tracewire's parser), the close token is recorded,
+streamed and unstreamed agree, the server applies the neutral sampler values it was sent,
+and the two ways the server withholds ids are handled as documented (NaN unstreamed,
+refused streamed)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+
+from tracewire.tito import UpstreamShapeError
+from tracewire.tito.codecs import (
+    SamplingParams,
+    StreamDecoder,
+    UpstreamApi,
+    decode_response,
+    encode_request,
+)
+
+from .conftest import LlamaServerProc
+from .llamacpp_client import chatml, post, post_stream, tokenize
+
+L = UpstreamApi.LLAMACPP
+EOS = 2  # <|im_end|> in SmolLM2's vocabulary: its end-of-generation token
+
+
+def _body(ids: list[int], stream: bool, *, max_tokens: int = 48, temperature: float = 0.8,
+          **extra: object) -> dict[str, Any]:
+    p = SamplingParams(max_tokens=max_tokens, temperature=temperature, extra=dict(extra))
+    return encode_request(L, ids, p, stream=stream)
+
+
+def test_unstreamed_ids_and_logprobs_are_the_wire_values(llama_server: LlamaServerProc
+                                                         ) -> None:
+    ids = tokenize(llama_server.url, chatml("What is 2+3?"))
+    for seed in range(40):  # a 135M model rambles: take the first seed that closes its turn
+        wire = post(llama_server.url, "/completion", _body(ids, False, seed=seed))
+        if wire["stop_type"] == "eos":
+            break
+    g = decode_response(L, wire)
+    assert g.ids == wire["tokens"]
+    assert g.logprobs == [math.log(e["prob"]) for e in wire["completion_probabilities"]]
+    assert [e["id"] for e in wire["completion_probabilities"]] == wire["tokens"]
+    assert wire["stop_type"] == "eos" and g.ids[-1] == EOS and g.finish_reason == "stop"
+    assert g.usage["prompt_tokens"] == len(ids) == wire["tokens_evaluated"]
+    # The server ran exactly the chain it was sent, its truncating defaults neutralised.
+    gs = wire["generation_settings"]
+    assert gs["samplers"] == ["temperature"] and gs["post_sampling_probs"] is True
+    assert gs["top_k"] == 0 and gs["top_p"] == 1.0 and gs["min_p"] == 0.0
+    assert gs["repeat_penalty"] == 1.0 and gs["xtc_probability"] == 0.0
+
+
+def test_limit_is_length(llama_server: LlamaServerProc) -> None:
+    ids = tokenize(llama_server.url, chatml("Write a long story about a cat."))
+    g = decode_response(L, post(llama_server.url, "/completion",
+                                _body(ids, False, max_tokens=5, seed=1)))
+    assert len(g.ids) == 5 and g.finish_reason == "length" and not g.ended_by_stop
+
+
+def test_streamed_equals_unstreamed_and_the_wire(llama_server: LlamaServerProc) -> None:
+    ids = tokenize(llama_server.url, chatml("Name three fruits."))
+    # Greedy: the same ids whichever way they are asked (sampled runs may differ in the
+    # last float bits between a cached and an uncached prompt).
+    whole = decode_response(L, post(llama_server.url, "/completion",
+                                    _body(ids, False, temperature=0.0)))
+    chunks = post_stream(llama_server.url, "/completion", _body(ids, True, temperature=0.0))
+    dec = StreamDecoder(L)
+    for c in chunks:
+        dec.feed(c)
+    g = dec.finish()
+    wire_ids = [t for c in chunks for t in c.get("tokens", [])]
+    assert g.ids == wire_ids == whole.ids
+    assert g.logprobs == [math.log(c["completion_probabilities"][0]["prob"])
+                          for c in chunks if c.get("tokens")]
+    assert g.finish_reason == whole.finish_reason and dec.done
+
+
+CJK = "中文：你好，世界。我们今天"
+
+
+def test_withheld_ids_nan_unstreamed_refused_streamed(llama_server: LlamaServerProc
+                                                      ) -> None:
+    ids = tokenize(llama_server.url, CJK)
+    wire = post(llama_server.url, "/completion",
+                _body(ids, False, temperature=0.0, max_tokens=12))
+    g = decode_response(L, wire)
+    assert len(wire["completion_probabilities"]) < len(wire["tokens"])  # the server's gap
+    assert g.ids == wire["tokens"]
+    nan = [i for i, lp in enumerate(g.logprobs) if math.isnan(lp)]
+    assert len(nan) == len(wire["tokens"]) - len(wire["completion_probabilities"])
+    dec = StreamDecoder(L)
+    with pytest.raises(UpstreamShapeError, match="withheld"):
+        for c in post_stream(llama_server.url, "/completion",
+                             _body(ids, True, temperature=0.0, max_tokens=12)):
+            dec.feed(c)
