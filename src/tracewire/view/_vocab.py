@@ -3,8 +3,8 @@
 The page fetches the table once (``/api/vocab``) and looks every id up locally, so a
 1 M-token branch costs the server nothing per id. The table is built in a worker thread on
 first request and kept (one run, one tokenizer). Which tokenizer a run used: the directory
-named by ``tokenizer`` in the run's config (``Run.create(meta=...)``, kept under
-``meta["config"]``; token-in/token-out runs), else the built-in model's when the config's
+or GGUF file named by ``tokenizer`` in the run's config (``Run.create(meta=...)``, kept
+under ``meta["config"]``; token-in/token-out runs), else the built-in model's when the config's
 ``model`` names it; otherwise the page shows ids only.
 """
 
@@ -57,13 +57,19 @@ def resolve_tokenizer(meta: dict[str, Any], run_dir: Path) -> TokenizerRef:
         path = Path(named)
         # A relative directory is taken from where the run was made, else next to the run.
         for cand in (path, run_dir / path) if not path.is_absolute() else (path,):
-            if (cand / "tokenizer.json").is_file():
+            if (cand / "tokenizer.json").is_file() or (cand.is_file() and _is_gguf(cand)):
                 return TokenizerRef("dir", str(named), cand.resolve())
         return TokenizerRef(None, str(named),
                             reason=f"tokenizer directory {named!r} not found (ids only)")
     if config.get("model", meta.get("model")) == MODEL_NAME:
         return TokenizerRef("builtin", MODEL_NAME)
     return TokenizerRef(None, "", reason="the run records no tokenizer (ids only)")
+
+
+def _is_gguf(path: Path) -> bool:
+    from ..tito import is_gguf
+
+    return is_gguf(path)
 
 
 def _builtin_table() -> tuple[list[str], list[int]]:
