@@ -6,14 +6,19 @@ real-model lane).
 
 from __future__ import annotations
 
+import asyncio
 import math
+from pathlib import Path
 from typing import Any
 
+import aiohttp
 import orjson
 import pytest
 from aiohttp import web
 
 from tracewire import UpstreamError
+from tracewire.compose import make_upstream
+from tracewire.proxy import Proxy, ProxyConfig
 from tracewire.proxy._upstream_api import UpstreamRequest
 from tracewire.tito import ChatTokenizer, PromptBuilder, UpstreamShapeError
 from tracewire.tito._upstream import TokenUpstream
@@ -230,4 +235,43 @@ async def test_token_upstream_over_llamacpp(toks: dict[str, ChatTokenizer], stre
         assert getattr(ei.value, "status", None) == 400 and len(seen) == 1
     finally:
         await up.close()
+        await runner.cleanup()
+
+
+async def test_withheld_token_through_the_proxy_is_nan_and_flagged(
+        tok_dirs: dict[str, Path], toks: dict[str, ChatTokenizer]) -> None:
+    tok = toks["qwen25"]
+    ids = [*tok.encode("hi there"), tok.token_id("<|im_end|>") or 0]
+
+    async def completion(req: web.Request) -> web.Response:
+        # The first token's probability entry is missing, as llama-server leaves it out
+        # for a token that ends inside a UTF-8 character.
+        return web.json_response(_reply(ids, [(t, 0.5) for t in ids[1:]]))
+
+    app = web.Application()
+    app.router.add_post("/completion", completion)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    url = f"http://127.0.0.1:{runner.addresses[0][1]}"
+    up = make_upstream(url, ProxyConfig(tokenizer=str(tok_dirs["qwen25"]),
+                                        upstream_api="llamacpp"), model="m")
+    try:
+        async with Proxy(up) as proxy, aiohttp.ClientSession() as http:
+            s = proxy.create_session()
+            async with http.post(s.base_url + "/chat/completions",
+                                 headers={"Authorization": f"Bearer {s.secret}"},
+                                 json={"model": "m", "logprobs": True, "messages": [
+                                     {"role": "user", "content": "x"}]}) as r:
+                body = await r.json()
+            assert r.status == 200
+            wire = [e["logprob"] for e in body["choices"][0]["logprobs"]["content"]]
+            assert wire[0] is None and wire[1:] == [math.log(0.5)] * (len(ids) - 1)
+            await asyncio.sleep(0.05)  # the turn is recorded just after the answer
+            (call,) = s.trace.calls
+            assert call.error is None and "logprob_unknown" in call.flags
+            br = s.trace.branch()
+            lps = br.logprobs[-len(ids):]
+            assert math.isnan(lps[0]) and br.ids[-len(ids):].tolist() == ids
+    finally:
         await runner.cleanup()

@@ -212,6 +212,10 @@ class TokenUpstream(Upstream):
         if parsed.malformed:
             # The call is returned as the text the model wrote; the trace says so.
             request.flags.append("malformed_tool_call")
+        if any(lp != lp for lp in gen.logprobs):
+            # NaN: a token the server sampled without reporting its probability (llama-server
+            # withholds tokens that end mid-character); the trace says which call.
+            request.flags.append("logprob_unknown")
         ctx = request.context
         if ctx is not None:
             st = self.state(ctx.session_id)
