@@ -30,21 +30,13 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-import numpy as np
-
 from . import _llamacpp as llama
 from ._errors import UpstreamShapeError
+from ._ids import ID_BOUND, LENGTH_SLACK, check_ids
 
 __all__ = ["ID_BOUND", "LENGTH_SLACK", "Generation", "GenerationDelta", "SamplingParams",
            "StreamDecoder", "UpstreamApi", "check_ids", "decode_response", "encode_request",
            "error_message", "refusal", "request_path", "sampling_keys"]
-
-#: Ids are int32 on the trace: anything at or above this is not an id.
-ID_BOUND = 2**31
-#: Tokens a server may add past ``max_tokens`` (llama-server finishes a multi-byte UTF-8
-#: character that the limit split; at most 3 more bytes, one token each).
-LENGTH_SLACK = 3
-
 
 class UpstreamApi(StrEnum):
     """Which token-in endpoint the model server is asked on."""
@@ -79,32 +71,6 @@ def refusal(api: UpstreamApi, body: dict[str, Any]) -> str | None:
     """Why ``body``'s sampling settings cannot be served with an honest recorded logprob
     on ``api`` (None when they can; only llama-server's chain is checked)."""
     return llama.refusal(body) if api is UpstreamApi.LLAMACPP else None
-
-
-def check_ids(ids: Sequence[int], *, vocab_size: int | None = None,
-              max_tokens: int | None = None, what: str = "completion") -> None:
-    """Refuse (502) ``ids`` that are not integers in ``[0, vocab_size)`` (``[0, 2**31)``
-    without one) or more than ``max_tokens`` (+ :data:`LENGTH_SLACK`); vectorised, so a
-    200k-id reply costs milliseconds."""
-    if max_tokens is not None and len(ids) > max_tokens + LENGTH_SLACK:
-        raise UpstreamShapeError(f"upstream reply has {len(ids)} {what} ids for max_tokens "
-                                 f"{max_tokens}; not recorded")
-    if not len(ids):
-        return
-    try:
-        arr = np.asarray(ids)
-    except (ValueError, TypeError, OverflowError) as exc:
-        raise UpstreamShapeError(f"upstream reply: {what} ids are not a flat list") from exc
-    if arr.ndim != 1 or arr.dtype.kind not in "iu":
-        raise UpstreamShapeError(f"upstream reply: {what} ids are not all integers in "
-                                 f"[0, {ID_BOUND}); not recorded")
-    bound = min(vocab_size, ID_BOUND) if vocab_size else ID_BOUND
-    lo, hi = int(arr.min()), int(arr.max())
-    if lo < 0 or hi >= bound:
-        bad = lo if lo < 0 else hi
-        where = "the vocabulary" if vocab_size else "int32"
-        raise UpstreamShapeError(f"upstream reply: {what} id {bad} is outside {where} "
-                                 f"[0, {bound}); not recorded")
 
 
 @dataclass(slots=True)
