@@ -1,17 +1,20 @@
 """The llamacpp codec against the real llama-server: what it parses equals what the server
 put on the wire (read here without tracewire's parser), the close token is recorded,
 streamed and unstreamed agree, the server applies the neutral sampler values it was sent,
-and the two ways the server withholds ids are handled as documented (NaN unstreamed,
-refused streamed)."""
+and the two ways the server withholds ids are handled as documented (NaN unstreamed; a
+stream with a gap is a shape error to the decoder, which TokenUpstream resumes
+unstreamed)."""
 
 from __future__ import annotations
 
 import math
 from typing import Any
 
+import orjson
 import pytest
 
-from tracewire.tito import UpstreamShapeError
+from tracewire.proxy import UpstreamRequest
+from tracewire.tito import TokenUpstream, UpstreamShapeError
 from tracewire.tito.codecs import (
     SamplingParams,
     StreamDecoder,
@@ -96,3 +99,25 @@ def test_withheld_ids_nan_unstreamed_refused_streamed(llama_server: LlamaServerP
         for c in post_stream(llama_server.url, "/completion",
                              _body(ids, True, temperature=0.0, max_tokens=12)):
             dec.feed(c)
+
+
+async def test_token_upstream_resumes_a_stream_that_withheld_ids(
+        llama_server: LlamaServerProc) -> None:
+    # Greedy, so the streamed-then-resumed completion must be the unstreamed one, id for id.
+    up = TokenUpstream(llama_server.url, llama_server.gguf, api="llamacpp")
+    await up.start()
+    body = {"model": "m", "max_tokens": 40, "temperature": 0.0, "messages": [
+        {"role": "user", "content": "Translate to Chinese: Hello, how are you?"}]}
+    try:
+        whole = (await up.chat(UpstreamRequest(orjson.dumps(body), split=False))).data
+        want = whole["choices"][0]["token_ids"]
+        req = UpstreamRequest(orjson.dumps({**body, "stream": True}), stream=True, split=False)
+        got: list[int] = []
+        async for ch in up.stream_chat(req):
+            got += ch.data["choices"][0]["token_ids"]
+    finally:
+        await up.close()
+    assert any(e["logprob"] is None or math.isnan(e["logprob"])
+               for e in whole["choices"][0]["logprobs"]["content"])  # the server withheld ids
+    assert "stream_resumed_unstreamed" in req.flags
+    assert got == want

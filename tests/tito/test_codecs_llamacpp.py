@@ -275,3 +275,52 @@ async def test_withheld_token_through_the_proxy_is_nan_and_flagged(
             assert math.isnan(lps[0]) and br.ids[-len(ids):].tolist() == ids
     finally:
         await runner.cleanup()
+
+
+async def test_stream_that_withheld_ids_resumes_unstreamed(toks: dict[str, ChatTokenizer]
+                                                           ) -> None:
+    # The server streams 2 ids, then a chunk whose tokens_predicted says one id before it
+    # was withheld: the upstream closes the stream and asks for the rest unstreamed from the
+    # 2 ids it has (a fresh draw, the harness seed moved on).
+    b = PromptBuilder(toks["qwen25"])
+    close = b.family.stop_ids[0]
+    head, tail = b.tok.encode("ab"), [*b.tok.encode("cd"), close]
+    seen: list[dict[str, Any]] = []
+
+    async def completion(req: web.Request) -> web.StreamResponse:
+        body = await req.json()
+        seen.append(body)
+        if not body.get("stream"):
+            return web.json_response(_reply(tail, [(t, 0.25) for t in tail]))
+        parts = [_chunk(t, 0.5, k + 1) for k, t in enumerate(head)]
+        parts.append(_chunk(tail[0], 0.5, len(head) + 2))  # one id withheld before it
+        return web.Response(body=b"".join(b"data: " + orjson.dumps(p) + b"\n\n" for p in parts),
+                            content_type="text/event-stream")
+
+    app = web.Application()
+    app.router.add_post("/completion", completion)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    up = TokenUpstream(f"http://127.0.0.1:{runner.addresses[0][1]}", b, api="llamacpp")
+    await up.start()
+    try:
+        req = _req({"seed": 5}, True)
+        got: list[int] = []
+        lps: list[float] = []
+        finish = None
+        async for ch in up.stream_chat(req):
+            c = ch.data["choices"][0]
+            got += c["token_ids"]
+            lps += [e["logprob"] for e in c["logprobs"]["content"]]
+            finish = c["finish_reason"] or finish
+        assert got == head + tail and finish == "stop"
+        assert lps == [math.log(0.5)] * len(head) + [math.log(0.25)] * len(tail)
+        assert "stream_resumed_unstreamed" in req.flags
+        first, again = seen
+        assert again["prompt"] == first["prompt"] + head and not again["stream"]
+        assert again["n_predict"] == first["n_predict"] - len(head)
+        assert again["seed"] != first["seed"] == 5
+    finally:
+        await up.close()
+        await runner.cleanup()

@@ -20,8 +20,9 @@ Two things the server does that the decoder guards: it stops on end-of-generatio
 itself (the close token is the last id, ``stop_type`` ``eos``), and it withholds a token
 that ends inside a multi-byte UTF-8 character until the character completes. Unstreamed,
 such a token is in ``tokens`` but has no probability entry: its logprob is recorded as NaN
-(unknown, never invented). Streamed, its id is never sent (``tokens_predicted`` jumps): the
-reply cannot be recorded and is refused as a shape error.
+(unknown, never invented). Streamed, its id is never sent (``tokens_predicted`` jumps):
+:class:`WithheldIdsError` says how many ids came before the gap, and the upstream asks for
+the rest unstreamed from there (a fresh draw at the gap, so nothing is biased).
 """
 
 from __future__ import annotations
@@ -32,8 +33,8 @@ from typing import Any
 
 from ._errors import UpstreamShapeError
 
-__all__ = ["HONEST_KEYS", "REFUSED", "LlamaStream", "cut_at_stop", "decode_completion",
-           "encode_completion", "refusal"]
+__all__ = ["HONEST_KEYS", "REFUSED", "LlamaStream", "WithheldIdsError", "cut_at_stop",
+           "decode_completion", "encode_completion", "refusal"]
 
 #: Harness sampling keys forwarded to llama-server (``repetition_penalty`` is vLLM's name
 #: for its ``repeat_penalty``). Each is deterministic given the context, so the post-chain
@@ -55,6 +56,16 @@ REFUSED: dict[str, str] = {
     "response_format": "structured output is grammar sampling (rejected tokens redrawn)",
     "samplers": "the sampler chain is set by the proxy so the recorded logprob is honest",
 }
+
+class WithheldIdsError(UpstreamShapeError):
+    """llama-server's stream skipped ids (a character split across tokens is sent only once
+    complete); ``received`` ids came before the gap. The caller may ask for the rest
+    unstreamed from there."""
+
+    def __init__(self, message: str, received: int) -> None:
+        super().__init__(message)
+        self.received = received
+
 
 _NEUTRAL: dict[str, Any] = {
     "top_k": 0, "top_p": 1.0, "min_p": 0.0, "typical_p": 1.0, "top_n_sigma": -1.0,
@@ -186,8 +197,8 @@ def decode_completion(body: Any) -> tuple[list[int], list[float], str | None, st
 
 class LlamaStream:
     """Folds llama-server's streamed chunks (one per emitted token, then a last one with
-    ``stop: true``); refuses a stream that withheld ids (``tokens_predicted`` ahead of the
-    ids received)."""
+    ``stop: true``); raises :class:`WithheldIdsError` where ids were withheld
+    (``tokens_predicted`` ahead of the ids received)."""
 
     def __init__(self) -> None:
         self.n = 0
@@ -215,13 +226,12 @@ class LlamaStream:
                     raise UpstreamShapeError("llama-server stream chunk: probability entry "
                                              "for another id; not recorded")
                 lps.append(lp)
-        self.n += len(ids)
         predicted = chunk.get("tokens_predicted")
-        if isinstance(predicted, int) and predicted > self.n:
-            raise UpstreamShapeError(
-                f"llama-server's stream withheld {predicted - self.n} token id(s) (a "
-                "character split across tokens is sent only once complete); not "
-                "recorded: ask unstreamed")
+        if isinstance(predicted, int) and predicted > self.n + len(ids):
+            raise WithheldIdsError(
+                f"llama-server's stream withheld {predicted - self.n - len(ids)} token "
+                "id(s) (a character split across tokens is sent only once complete)", self.n)
+        self.n += len(ids)
         if chunk.get("stop") is True:
             self.last(chunk, self.n)
             self.finish_reason = _finish(chunk)

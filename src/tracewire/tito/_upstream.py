@@ -22,6 +22,8 @@ runs in a worker thread, one at a time.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import dataclasses
 import uuid
 from collections import OrderedDict
 from collections.abc import AsyncIterator
@@ -38,13 +40,13 @@ from ._answer import chat_reply, delta_of, finish_of, stream_chunk
 from ._codecs import (
     LENGTH_SLACK,
     Generation,
+    GenerationDelta,
     SamplingParams,
     StreamDecoder,
     UpstreamApi,
     check_ids,
     decode_response,
     encode_request,
-    error_message,
     refusal,
     request_path,
     sampling_keys,
@@ -52,10 +54,12 @@ from ._codecs import (
 from ._errors import TemplateError, TruncatedTurnError, UpstreamShapeError
 from ._family import LengthRule
 from ._history import ConversationIndex
+from ._llamacpp import WithheldIdsError
 from ._parse import ParsedCompletion
 from ._render import PromptBuilder
 from ._report import session_report
 from ._session import BranchTip, Plan, TokenSession
+from ._sse import reply_json, sse_objects
 from ._stream import StreamParser, parse_completion
 from ._tokenizer import ChatTokenizer, IncrementalDecoder
 
@@ -65,17 +69,6 @@ __all__ = ["TokenUpstream"]
 #: their text) before it is refused unread, plus a fixed allowance.
 REPLY_BYTES_PER_TOKEN = 8192
 REPLY_BYTES_FIXED = 1 << 20
-
-
-def _json(status: int, raw: bytes) -> Any:
-    try:
-        data = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        raise UpstreamShapeError(f"model server answered non-JSON ({status})") from exc
-    if status >= 400:
-        raise UpstreamShapeError(error_message(data) or f"model server error {status}",
-                                 status if status < 500 else 502)
-    return data
 
 
 def _too_long(n: int, params: SamplingParams) -> UpstreamShapeError | None:
@@ -229,7 +222,7 @@ class TokenUpstream(Upstream):
                 ) -> tuple[Generation, ParsedCompletion, dict[str, Any]]:
         # Parse, validate (ids within the vocabulary, no more than asked for), detokenize
         # and build the answer: in a worker thread when the reply is big.
-        gen = decode_response(self.api, _json(status, raw), stop_ids=params.stop_ids)
+        gen = decode_response(self.api, reply_json(status, raw), stop_ids=params.stop_ids)
         check_ids(gen.ids, vocab_size=self.builder.tok.vocab_size,
                   max_tokens=params.max_tokens)
         parsed = parse_completion(self.builder.tok.decode(gen.ids), self.builder.family,
@@ -311,46 +304,38 @@ class TokenUpstream(Upstream):
         vocab = self.builder.tok.vocab_size
         first = True
         n_calls = 0
-        try:
-            async with self._http_client().post(self._url(), data=orjson.dumps(payload),
-                                                headers={"Content-Type": "application/json"}
-                                                ) as resp:
-                if resp.status >= 400:
-                    _json(resp.status, await resp.read())
-                    raise UpstreamShapeError(f"model server error {resp.status}")
-                async for line in resp.content:
-                    line = line.strip()
-                    if not line.startswith(b"data:"):
-                        continue
-                    data = line[5:].strip()
-                    if data == b"[DONE]":
-                        break
-                    try:
-                        obj = orjson.loads(data)
-                    except orjson.JSONDecodeError as exc:
-                        raise UpstreamShapeError("model server streamed malformed JSON") \
-                            from exc
+        rest: Generation | None = None
+        async with contextlib.aclosing(sse_objects(self._http_client(), self._url(),
+                                                   payload)) as objs:
+            async for obj in objs:
+                try:
                     piece = dec.feed(obj)
-                    if len(piece.logprobs) != len(piece.ids):
-                        raise UpstreamShapeError("streamed chunk: logprob count differs "
-                                                 "from its token count; not recorded")
-                    too_long = _too_long(len(dec.gen.ids), params)
-                    if too_long is not None:
-                        raise too_long
-                    check_ids(piece.ids, vocab_size=vocab)
-                    if piece.ids or first:
-                        events = parser.feed(detok.add(piece.ids))
-                        delta, n_calls = delta_of(events, n_calls)
-                        if first:
-                            delta.setdefault("role", "assistant")
-                        yield self._chunk(stream_chunk(
-                            self.model, cid, delta, piece.ids, piece.logprobs, None,
-                            plan.prompt_ids if first else None))
-                        first = False
-                    if dec.done:
-                        break  # llama-server's last chunk, or a stop id it does not know
-        except (aiohttp.ClientError, TimeoutError) as exc:
-            raise UpstreamShapeError(f"model server stream broke: {exc}") from exc
+                except WithheldIdsError:
+                    # Closing the stream stops the server; the rest is asked unstreamed.
+                    rest = await self._rest_unstreamed(plan, params, dec.gen.ids)
+                    request.flags.append("stream_resumed_unstreamed")
+                    piece = GenerationDelta(rest.ids, rest.logprobs, "", rest.finish_reason)
+                    dec.gen.ids.extend(rest.ids)
+                    dec.gen.logprobs.extend(rest.logprobs)
+                    dec.gen.finish_reason = rest.finish_reason
+                if len(piece.logprobs) != len(piece.ids):
+                    raise UpstreamShapeError("streamed chunk: logprob count differs "
+                                             "from its token count; not recorded")
+                too_long = _too_long(len(dec.gen.ids), params)
+                if too_long is not None:
+                    raise too_long
+                check_ids(piece.ids, vocab_size=vocab)
+                if piece.ids or first:
+                    events = parser.feed(detok.add(piece.ids))
+                    delta, n_calls = delta_of(events, n_calls)
+                    if first:
+                        delta.setdefault("role", "assistant")
+                    yield self._chunk(stream_chunk(
+                        self.model, cid, delta, piece.ids, piece.logprobs, None,
+                        plan.prompt_ids if first else None))
+                    first = False
+                if dec.done or rest is not None:
+                    break  # llama-server's last chunk, or a stop id it does not know
         gen = dec.finish()
         events = parser.close()
         delta, n_calls = delta_of(events, n_calls)
@@ -360,6 +345,25 @@ class TokenUpstream(Upstream):
             plan.prompt_ids if first else None,
             usage={"prompt_tokens": plan.point.length, "completion_tokens": len(gen.ids),
                    "total_tokens": plan.point.length + len(gen.ids)}))
+
+    async def _rest_unstreamed(self, plan: Plan, params: SamplingParams, got: list[int]
+                               ) -> Generation:
+        # After ``got`` streamed ids llama-server withheld some: ask for the rest from
+        # there, unstreamed (every id comes back). The withheld draw is discarded unseen,
+        # so the redraw is unbiased; a harness seed is moved on, since reusing it would
+        # replay random numbers the earlier draws already used.
+        left = params.max_tokens - len(got)
+        if left <= 0:
+            return Generation([], [], "length")
+        extra = dict(params.extra)
+        if isinstance(extra.get("seed"), int):
+            extra["seed"] = (extra["seed"] + len(got) + 1) % 2**32
+        p = dataclasses.replace(params, max_tokens=left, extra=extra)
+        status, raw = await self._post(encode_request(self.api, [*plan.prompt_ids, *got], p,
+                                                      model=self.model), p)
+        gen = decode_response(self.api, reply_json(status, raw), stop_ids=params.stop_ids)
+        check_ids(gen.ids, vocab_size=self.builder.tok.vocab_size, max_tokens=left)
+        return gen
 
     @staticmethod
     def _chunk(d: dict[str, Any]) -> StreamChunk:
