@@ -37,6 +37,15 @@ GENEROUS_S = 0.5
 GENEROUS_BIG_S = 2.0
 
 
+def _stream(ids: list[int], prompt: list[int]) -> bytes:
+    chunk = {"id": "cmpl-1", "object": "text_completion", "model": "m",
+             "choices": [{"index": 0, "text": "", "token_ids": ids, "prompt_token_ids": prompt,
+                          "finish_reason": "stop",
+                          "logprobs": {"tokens": [f"token_id:{i}" for i in ids],
+                                       "token_logprobs": [-0.5] * len(ids)}}]}
+    return b"data: " + orjson.dumps(chunk) + b"\n\ndata: [DONE]\n\n"
+
+
 def _completion(ids: list[int], prompt: list[int]) -> bytes:
     lps = [-0.5] * len(ids)
     return orjson.dumps({
@@ -56,6 +65,7 @@ class ThreadedFake:
         self.tok = tok
         self.good_ids = good_ids
         self.bad = b""
+        self.bad_stream = b""
         self.url = ""
         self._loop = asyncio.new_event_loop()
         self._ready = threading.Event()
@@ -63,6 +73,10 @@ class ThreadedFake:
 
     async def _handle(self, req: web.Request) -> web.Response:
         body = await req.json()
+        if body.get("stream"):
+            return web.Response(body=self.bad_stream if "flood" in self.tok.decode(
+                body["prompt"]) else _stream(self.good_ids, body["prompt"]),
+                content_type="text/event-stream")
         if "flood" in self.tok.decode(body["prompt"]):
             return web.Response(body=self.bad, content_type="application/json")
         return web.Response(body=_completion(self.good_ids, body["prompt"]),
@@ -101,21 +115,22 @@ def fake(tok_dirs: dict[str, Path], toks: dict[str, ChatTokenizer]) -> Iterator[
 
 
 async def _turn(http: aiohttp.ClientSession, s: Session, text: str, max_tokens: int = 64,
-                history: list[dict[str, Any]] | None = None) -> tuple[int, Any]:
+                history: list[dict[str, Any]] | None = None, stream: bool = False
+                ) -> tuple[int, Any]:
     msgs = [*(history or []), {"role": "user", "content": text}]
     async with http.post(s.base_url + "/chat/completions",
                          headers={"Authorization": f"Bearer {s.secret}"},
-                         json={"model": "m", "max_tokens": max_tokens,
+                         json={"model": "m", "max_tokens": max_tokens, "stream": stream,
                                "messages": msgs}) as r:
         return r.status, await r.json(content_type=None)
 
 
 async def _while_bad(http: aiohttp.ClientSession, bad: Session, other: Session,
-                     max_tokens: int, history: list[dict[str, Any]] | None = None
-                     ) -> tuple[tuple[int, Any], list[float]]:
+                     max_tokens: int, history: list[dict[str, Any]] | None = None,
+                     stream: bool = False) -> tuple[tuple[int, Any], list[float]]:
     """The bad turn's answer, and the latencies of the other session's turns run back to
     back while it was in flight."""
-    task = asyncio.ensure_future(_turn(http, bad, "flood", max_tokens, history))
+    task = asyncio.ensure_future(_turn(http, bad, "flood", max_tokens, history, stream))
     lat: list[float] = []
     while not task.done() or not lat:
         t0 = time.perf_counter()
@@ -133,10 +148,12 @@ CASES = {
 }
 
 
+@pytest.mark.parametrize("stream", [False, True])
 @pytest.mark.parametrize("case", sorted(CASES))
 async def test_bad_ids_are_a_recorded_502_and_others_keep_being_served(
-        fake: ThreadedFake, tok_dirs: dict[str, Path], case: str) -> None:
+        fake: ThreadedFake, tok_dirs: dict[str, Path], case: str, stream: bool) -> None:
     fake.bad = _completion(CASES[case](fake.tok.vocab_size), [1, 2, 3])
+    fake.bad_stream = _stream(CASES[case](fake.tok.vocab_size), [1, 2, 3])
     up = make_upstream(fake.url + "/v1", ProxyConfig(tokenizer=str(tok_dirs["qwen25"])),
                        model="m")
     async with Proxy(up) as proxy, aiohttp.ClientSession() as http:
@@ -144,7 +161,7 @@ async def test_bad_ids_are_a_recorded_502_and_others_keep_being_served(
         status, first = await _turn(http, bad, "hello")  # one good turn first
         assert status == 200
         history = [{"role": "user", "content": "hello"}, first["choices"][0]["message"]]
-        (status, body), lat = await _while_bad(http, bad, other, 64, history)
+        (status, body), lat = await _while_bad(http, bad, other, 64, history, stream)
         assert status == 502, body
         assert "not recorded" in body["error"]["message"]
         calls = bad.trace.calls

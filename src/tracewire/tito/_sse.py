@@ -8,6 +8,7 @@ from collections.abc import AsyncGenerator
 from typing import Any
 
 import aiohttp
+import aiohttp.http_exceptions
 import orjson
 
 from ._codecs import error_message
@@ -56,5 +57,9 @@ async def sse_objects(http: aiohttp.ClientSession, url: str, payload: dict[str, 
                 except orjson.JSONDecodeError as exc:
                     raise UpstreamShapeError("model server streamed malformed JSON") from exc
                 yield obj
-    except (aiohttp.ClientError, TimeoutError) as exc:
+    except aiohttp.http_exceptions.LineTooLong as exc:
+        raise UpstreamShapeError("model server streamed an over-long line; not recorded") \
+            from exc
+    except (aiohttp.ClientError, aiohttp.http_exceptions.HttpProcessingError,
+            TimeoutError) as exc:
         raise UpstreamShapeError(f"model server stream broke: {exc}") from exc
