@@ -324,3 +324,12 @@ async def test_stream_that_withheld_ids_resumes_unstreamed(toks: dict[str, ChatT
     finally:
         await up.close()
         await runner.cleanup()
+
+
+def test_a_reply_or_stream_that_never_says_how_it_stopped_is_refused() -> None:
+    with pytest.raises(UpstreamShapeError, match="how it stopped"):
+        decode_response(L, _reply([5], [(5, 0.5)], "none"))
+    dec = StreamDecoder(L)
+    dec.feed(_chunk(5, 0.5, 1))
+    with pytest.raises(UpstreamShapeError, match="before its last chunk"):
+        dec.finish()

@@ -297,6 +297,9 @@ def decode_response(api: UpstreamApi, body: Any, *, stop_ids: Sequence[int] = ()
             text = text if n == len(ids) else ""
             ids, lps, finish = ids[:n], lps[:n], "stop"
             usage = {**usage, "completion_tokens": n}
+        if finish is None:
+            raise UpstreamShapeError("llama-server reply did not say how it stopped "
+                                     f"(stop_type {body.get('stop_type')!r}); not recorded")
         return _checked(Generation(ids, lps, finish, text or None, None, usage, timings))
     if api is UpstreamApi.SGLANG:
         if not isinstance(body, dict):
@@ -397,5 +400,9 @@ class StreamDecoder:
         return piece
 
     def finish(self) -> Generation:
-        """The whole generation, checked (logprob count = completion length)."""
+        """The whole generation, checked (logprob count = completion length; a llama-server
+        stream must have said how it stopped)."""
+        if self._llama is not None and self.gen.finish_reason is None:
+            raise UpstreamShapeError("llama-server stream ended before its last chunk; "
+                                     "not recorded")
         return _checked(self.gen)
