@@ -333,3 +333,11 @@ def test_a_reply_or_stream_that_never_says_how_it_stopped_is_refused() -> None:
     dec.feed(_chunk(5, 0.5, 1))
     with pytest.raises(UpstreamShapeError, match="before its last chunk"):
         dec.finish()
+
+
+def test_raw_logit_logprobs_are_never_recorded() -> None:
+    # A server that ignored post_sampling_probs answers "logprob" (softmax of the raw logits).
+    raw = {"tokens": [5], "stop_type": "eos", "completion_probabilities": [
+        {"id": 5, "logprob": -0.7, "top_logprobs": []}]}
+    with pytest.raises(UpstreamShapeError, match="post-sampling"):
+        decode_response(L, raw)

@@ -133,22 +133,21 @@ def _finish(body: Mapping[str, Any]) -> str | None:
 
 
 def _prob_entry(e: Any) -> tuple[int, float]:
-    """(id, logprob) of one ``completion_probabilities`` entry (``prob`` with
-    post_sampling_probs, ``logprob`` without)."""
+    """(id, log prob) of one ``completion_probabilities`` entry. Only ``prob`` (what the
+    server reports with ``post_sampling_probs``) is recorded: a ``logprob`` there is the raw
+    logits' softmax, not the sampling distribution, so such a reply is refused."""
     if not isinstance(e, dict):
         raise UpstreamShapeError("llama-server completion_probabilities entry is not an object")
     tid = e.get("id")
     if not isinstance(tid, int) or isinstance(tid, bool):
         raise UpstreamShapeError("llama-server probability entry has no integer id")
-    if "prob" in e:
-        p = e["prob"]
-        if not isinstance(p, int | float) or isinstance(p, bool) or not 0.0 < p <= 1.0:
-            raise UpstreamShapeError(f"llama-server reported prob {p!r} for a sampled token")
-        return tid, math.log(p)
-    lp = e.get("logprob")
-    if not isinstance(lp, int | float) or isinstance(lp, bool):
-        raise UpstreamShapeError("llama-server probability entry has no prob or logprob")
-    return tid, float(lp)
+    p = e.get("prob")
+    if p is None:
+        raise UpstreamShapeError("llama-server reported no post-sampling prob (raw-logit "
+                                 "logprobs are not the sampling distribution); not recorded")
+    if not isinstance(p, int | float) or isinstance(p, bool) or not 0.0 < p <= 1.0:
+        raise UpstreamShapeError(f"llama-server reported prob {p!r} for a sampled token")
+    return tid, math.log(p)
 
 
 def _usage(body: Mapping[str, Any], n: int) -> dict[str, int]:
