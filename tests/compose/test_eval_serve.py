@@ -88,6 +88,8 @@ async def test_a_dead_worker_is_a_failed_rollout_that_resume_runs_again(
     assert res.summary.errors == {"serve:WorkerDiedError": 1}
     failed = [e for e in open_run(out).episodes() if not e.ok]
     assert [e.task_key for e in failed] == ["crash-000"] and failed[0].info["incomplete"]
+    # What had arrived of it is in that failed episode: no journal is left to recover.
+    assert not open_run(out).live() and not list((out / "live").iterdir())
     # Not retried by the eval (at most once); --resume runs just that rollout again.
     again = await evaluate(CRASH_ENV, out=out, backend="process", workers=1, resume=True)
     assert (again.summary.episodes, again.summary.skipped, again.summary.ok) == (1, 2, 1)
