@@ -23,7 +23,7 @@ BACKENDS: tuple[Backend, ...] = ("local", "process", "ray")
 #: ``_runtime.runtime_factory``, which imports the runtime part.
 RUNTIMES = ("local", "bwrap", "docker")
 #: Token-in endpoints ``--upstream-api`` accepts (the values of ``tito.codecs.UpstreamApi``).
-UPSTREAM_APIS = ("completions", "generate", "sglang")
+UPSTREAM_APIS = ("completions", "generate", "sglang", "llamacpp")
 
 
 @dataclass(frozen=True)

@@ -35,10 +35,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="local tokenizer directory or GGUF model file: render prompts "
                              "here and send token ids (token-in/token-out; needs "
                              "tracewire[tito]). Default: pass-through chat")
-    parser.add_argument("--upstream-api", choices=("completions", "generate", "sglang"),
+    parser.add_argument("--upstream-api",
+                        choices=("completions", "generate", "sglang", "llamacpp"),
                         default="completions",
                         help="token-in endpoint with --tokenizer: vLLM /v1/completions, vLLM "
-                             "/inference/v1/generate or SGLang /generate")
+                             "/inference/v1/generate, SGLang /generate or llama-server "
+                             "/completion")
     parser.add_argument("--model", default="", help="model name sent upstream (token-in)")
     tok = parser.add_mutually_exclusive_group()
     tok.add_argument("--session-token", default=None,
