@@ -115,3 +115,17 @@ def test_workers_load_a_file_environment_by_its_absolute_path(
     assert worker_ref("crash_env.py:environment") == f"{CRASH_ENV}:environment"
     assert worker_ref("arithmetic") == "arithmetic"
     assert worker_ref("missing.py") == "missing.py"  # left for the loader to report
+
+
+async def test_an_environment_loaded_first_keeps_its_file_reference_for_workers(
+        tmp_path: Path) -> None:
+    # `tracewire eval FILE.py --backend process` loads the environment before evaluating:
+    # the workers must still be sent the file, not the environment's bare name.
+    from tracewire.env import load_environment
+
+    env = load_environment(str(Path(__file__).parents[2] / "examples" / "word_problems.py"))
+    assert env.ref is not None and env.ref.endswith("word_problems.py")
+    res = await evaluate(env, n=2, r=1, out=tmp_path / "run", backend="process", workers=1,
+                         concurrency=2)
+    episodes = list(open_run(tmp_path / "run").episodes())
+    assert len(episodes) == 2 and all(e.ok for e in episodes), res.reason

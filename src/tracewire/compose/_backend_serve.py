@@ -73,7 +73,9 @@ async def serve_factory(env: str, options: dict[str, Any]) -> AsyncIterator[Runn
     runtime name for a command harness's agent) and ``tokenizer``/``upstream_api``
     (token-in/token-out), as in a local eval."""
     runtime = options.get("runtime")
-    environment = with_runtime(load_environment(env), str(runtime) if runtime else None)
+    environment = with_runtime(load_environment(env), str(runtime) if runtime else None,
+                               ro_paths=list(options.get("ro_paths") or ()),
+                               sandbox_paths=list(options.get("sandbox_paths") or ()))
     raw = options.get("timeouts")
     timeouts = Timeouts(**raw) if isinstance(raw, dict) else None
     key = options.get("api_key")
@@ -172,7 +174,8 @@ async def serve_rollouts(env: Environment, plan: RolloutPlan,
             "base_url": upstream, "model": model, "api_key": plan.api_key,
             "sampling": dict(plan.sampling), "seed": plan.seed,
             "timeouts": dataclasses.asdict(plan.timeouts) if plan.timeouts else None,
-            "runtime": serve.runtime,
+            "runtime": serve.runtime, "ro_paths": list(serve.ro_paths),
+            "sandbox_paths": list(serve.sandbox_paths),
             "tokenizer": plan.tokenizer, "upstream_api": plan.upstream_api,
         }
         workers = max(1, serve.workers)
