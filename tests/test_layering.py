@@ -263,3 +263,29 @@ def test_the_string_scan_sees_a_spec(tmp_path: Path) -> None:
     fake = Module("tracewire.serve._fake", path, False)
     assert [text for _, text in _string_imports(fake)] == [
         "tracewire.compose:env_factory", "tracewire.serve._runner:standin_factory"]
+
+
+def _reach(graph: dict[str, set[str]], start: str) -> set[str]:
+    seen: set[str] = set()
+    todo = [start]
+    while todo:
+        for nxt in graph.get(todo.pop(), set()) - seen:
+            seen.add(nxt)
+            todo.append(nxt)
+    return seen
+
+
+def test_the_model_and_the_tokenizer_core_stand_below_the_proxy() -> None:
+    # The built-in model and the viewer reuse the tokenizer/template core; neither may
+    # reach the proxy through it (tito's TokenUpstream is the only tito module that may).
+    graph: dict[str, set[str]] = {}
+    for mod, target, _, _ in _edges():
+        a, b = part_of(mod.name), part_of(target)
+        if a != b and b not in SHARED:
+            graph.setdefault(a, set()).add(b)
+    for part in ("tokens", "model", "view"):
+        assert "proxy" not in _reach(graph, part), f"{part} reaches the proxy"
+        assert "proxy" not in _reach(allowed_arrows(), part), f"{part} may reach the proxy"
+    tito_to_proxy = {mod.name for mod, target, _, _ in _edges()
+                     if part_of(mod.name) == "tito" and part_of(target) == "proxy"}
+    assert tito_to_proxy == {"tracewire.tito._upstream"}

@@ -14,10 +14,10 @@ the built-in exception it stands in for, so ``except ValueError`` keeps working:
     ├── ProxyError (RuntimeError)           proxy/session server failure
     │   ├── UpstreamError                   the upstream model server failed or answered badly
     │   │   └── UpstreamShapeError *        token-in reply unusable (logprobs ≠ completion)
-    │   ├── TemplateError (ValueError) *    tokenizer dir or chat template unusable
+    │   ├── TemplateError (ValueError) ***  tokenizer dir or chat template unusable
     │   ├── BridgeError (ValueError) *      new messages do not extend the recorded ids
     │   └── TruncatedTurnError (ValueError) * extending a length-cut turn under "refuse"
-    ├── TitoUnavailableError (ImportError) * the tracewire[tito] extra is missing
+    ├── TitoUnavailableError (ImportError) *** the tracewire[tito] extra is missing
     ├── SessionError (LookupError)          unknown, expired or deleted session (``reason``)
     ├── SampleError (ValueError)            samples cannot be assembled
     │   └── HookError                       a user hook raised; names the hook
@@ -34,8 +34,9 @@ the built-in exception it stands in for, so ``except ValueError`` keeps working:
         ├── RunTimeout (TimeoutError)       a run exceeded its deadline
         └── ProtocolError (ValueError)      malformed frame or version mismatch
 
-``*`` are defined in ``tracewire.tito``, ``**`` in ``tracewire.runtime`` (they carry that
-part's data: an exec result, an HTTP status); the rest here. Errors cross process
+``*`` are defined in ``tracewire.tito``, ``**`` in ``tracewire.runtime``, ``***`` in
+``tracewire.tokens`` (they carry that part's data: an exec result, an HTTP status); the
+rest here. Errors cross process
 boundaries as ``{type, message, reason}`` (``tracewire._wire_errors``) and are rebuilt as
 the same class. Errors from zmq, aiohttp and sqlite are translated at the boundary with
 ``raise ... from exc``.

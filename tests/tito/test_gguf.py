@@ -17,8 +17,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tracewire.tito import ChatTokenizer, PromptBuilder, TemplateError
-from tracewire.tito import _gguf as gguf_mod
 from tracewire.tito.fixtures import build_gguf_file, build_tokenizer_dir
+from tracewire.tokens import _gguf as gguf_mod
 
 
 @pytest.fixture(autouse=True)

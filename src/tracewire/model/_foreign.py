@@ -87,8 +87,8 @@ def _from_dir(path: Path) -> tuple[Any, dict[str, Any]]:
 
 
 def _from_gguf(path: Path) -> tuple[Any, dict[str, Any]]:
-    # A GGUF model file: its tokenizer metadata, built the way tracewire.tito builds it.
-    from ..tito import TemplateError, TitoUnavailableError, load_gguf
+    # A GGUF model file: its tokenizer metadata, built the way tracewire.tokens builds it.
+    from ..tokens import TemplateError, TitoUnavailableError, load_gguf
 
     try:
         g = load_gguf(path)
@@ -153,9 +153,9 @@ class ForeignModel:
         return int(stop_ids[0]) if stop_ids else self.eos_id
 
     def chat_tokenizer(self) -> Any:
-        """The directory's chat template, loaded through ``tracewire.tito`` (transformers)."""
+        """The directory's chat template, loaded through ``tracewire.tokens`` (transformers)."""
         if self._chat is None:
-            from ..tito import ChatTokenizer, TemplateError, TitoUnavailableError
+            from ..tokens import ChatTokenizer, TemplateError, TitoUnavailableError
 
             try:
                 self._chat = ChatTokenizer(self.directory)

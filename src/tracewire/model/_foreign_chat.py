@@ -1,7 +1,7 @@
 """``/v1/completions`` and ``/v1/chat/completions`` when serving a foreign tokenizer directory.
 
 Completions take a text or id prompt; chat renders ``messages`` (+ ``tools``) with the
-directory's own chat template (``tracewire.tito.ChatTokenizer``: transformers, offline, no
+directory's own chat template (``tracewire.tokens.ChatTokenizer``: transformers, offline, no
 torch). Both sample with :class:`~._runs.Run` (see ``_foreign.py``) and answer vLLM's shapes:
 ``token_ids``/``prompt_token_ids`` (streamed: prompt ids on the first chunk), legacy or chat
 ``logprobs`` with ``token_id:N`` tokens when asked. The stop id is in ``token_ids`` and the
@@ -46,7 +46,7 @@ async def render_foreign(fm: ForeignModel, messages: Any, tools: Any,
         raise RequestError("'tools' must be a list", "tools")
 
     def render() -> list[int]:
-        from ..tito import TemplateError, chat_messages
+        from ..tokens import TemplateError, chat_messages
 
         ct = fm.chat_tokenizer()
         try:

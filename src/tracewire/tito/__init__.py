@@ -15,6 +15,20 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ..tokens import (
+    ChatTokenizer,
+    Family,
+    FamilyName,
+    GgufTokenizer,
+    IncrementalDecoder,
+    LengthRule,
+    ToolFormat,
+    chat_messages,
+    check_tokenizer,
+    is_gguf,
+    load_gguf,
+    probe_family,
+)
 from ._errors import (
     BridgeError,
     TemplateError,
@@ -22,8 +36,6 @@ from ._errors import (
     TruncatedTurnError,
     UpstreamShapeError,
 )
-from ._family import Family, FamilyName, LengthRule, ToolFormat, probe_family
-from ._gguf import GgufTokenizer, is_gguf, load_gguf
 from ._history import (
     Continuation,
     ConversationIndex,
@@ -36,7 +48,6 @@ from ._parse import ParsedCall, ParsedCompletion
 from ._render import PromptBuilder, Rendered
 from ._session import BranchTip, Plan, TokenSession
 from ._stream import StreamEvent, StreamParser, parse_completion
-from ._tokenizer import ChatTokenizer, IncrementalDecoder, chat_messages, check_tokenizer
 
 if TYPE_CHECKING:
     from ._upstream import TokenUpstream

@@ -1,25 +1,17 @@
 """Errors of the token-in/token-out part, each under the project's one error tree.
 
 They live here (not in ``tracewire._errors``) until the lead folds them in; each carries the
-HTTP status the proxy answers the harness with.
+HTTP status the proxy answers the harness with. The tokenizer's own two (``TemplateError``,
+``TitoUnavailableError``) are ``tracewire.tokens``', named here too.
 """
 
 from __future__ import annotations
 
-from .._errors import ProxyError, TracewireError, UpstreamError
+from .._errors import ProxyError, UpstreamError
+from ..tokens import TemplateError, TitoUnavailableError
 
 __all__ = ["BridgeError", "TemplateError", "TitoUnavailableError", "TruncatedTurnError",
            "UpstreamShapeError"]
-
-
-class TitoUnavailableError(TracewireError, ImportError):
-    """The optional ``tracewire[tito]`` extra (transformers, tokenizers, jinja2) is missing."""
-
-
-class TemplateError(ProxyError, ValueError):
-    """A tokenizer directory cannot be loaded, or its chat template fails to render."""
-
-    status = 400
 
 
 class BridgeError(ProxyError, ValueError):

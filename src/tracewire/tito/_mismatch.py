@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from ..tokens import chat_messages
 from ._render import PromptBuilder
-from ._tokenizer import chat_messages
 
 __all__ = ["Difference", "DifferenceKind", "MismatchReport", "mismatch_report"]
 

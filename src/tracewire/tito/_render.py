@@ -19,9 +19,16 @@ from typing import Any
 
 import orjson
 
+from ..tokens import (
+    DUMMY_ASSISTANT,
+    ChatTokenizer,
+    Family,
+    LengthRule,
+    chat_messages,
+    dummy_prefixes,
+    probe_family,
+)
 from ._errors import BridgeError, TemplateError, TruncatedTurnError
-from ._family import DUMMY_ASSISTANT, Family, LengthRule, dummy_prefixes, probe_family
-from ._tokenizer import ChatTokenizer, chat_messages
 
 __all__ = ["PromptBuilder", "Rendered"]
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ._family import Family, ToolFormat
+from ..tokens import Family, ToolFormat
 from ._parse import (
     CALL_CLOSE,
     CALL_OPEN,

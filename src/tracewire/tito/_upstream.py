@@ -35,6 +35,7 @@ import aiohttp
 import orjson
 
 from ..proxy import StreamChunk, TurnContext, Upstream, UpstreamReply, UpstreamRequest
+from ..tokens import ChatTokenizer, IncrementalDecoder, LengthRule
 from ..trace import InfoKey, Trace
 from ._answer import chat_reply, delta_of, finish_of, stream_chunk
 from ._codecs import (
@@ -52,7 +53,6 @@ from ._codecs import (
     sampling_keys,
 )
 from ._errors import TemplateError, TruncatedTurnError, UpstreamShapeError
-from ._family import LengthRule
 from ._history import ConversationIndex
 from ._llamacpp import WithheldIdsError
 from ._parse import ParsedCompletion
@@ -61,7 +61,6 @@ from ._report import session_report
 from ._session import BranchTip, Plan, TokenSession
 from ._sse import reply_json, sse_objects
 from ._stream import StreamParser, parse_completion
-from ._tokenizer import ChatTokenizer, IncrementalDecoder
 
 __all__ = ["TokenUpstream"]
 

@@ -68,7 +68,7 @@ def resolve_tokenizer(meta: dict[str, Any], run_dir: Path) -> TokenizerRef:
 
 
 def _is_gguf(path: Path) -> bool:
-    from ..tito import is_gguf
+    from ..tokens import is_gguf
 
     return is_gguf(path)
 
@@ -82,7 +82,7 @@ def _builtin_table() -> tuple[list[str], list[int]]:
 
 
 def _load(path: Path) -> Any:
-    from ..tito import ChatTokenizer
+    from ..tokens import ChatTokenizer
 
     return ChatTokenizer(path)
 
@@ -104,7 +104,7 @@ def _file_table(tok: Any) -> tuple[list[str], list[int]]:
 
 
 def _boundary(tok: Any) -> Boundary | None:
-    from ..tito import TemplateError, probe_family
+    from ..tokens import TemplateError, probe_family
 
     try:
         fam = probe_family(tok)

@@ -2,7 +2,7 @@
 
 The directory is what a model repository ships: ``tokenizer.json`` and
 ``tokenizer_config.json`` holding ``chat_template``; a GGUF model file carries the same in
-its metadata (built by :mod:`tracewire.tito._gguf`). ``transformers`` renders the template
+its metadata (built by :mod:`tracewire.tokens._gguf`). ``transformers`` renders the template
 (so any family's template works as the model server would render it) and the Rust
 ``tokenizers`` object behind it encodes; neither needs torch. Both are imported lazily, so
 ``import tracewire`` never pays for them.
