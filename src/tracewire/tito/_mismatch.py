@@ -16,19 +16,21 @@ what matters is where they are. Each differing stretch is classified:
 (a memcmp), and after each differing stretch the two sequences are re-synchronised at the
 nearest shared run of :data:`ANCHOR` ids, searched in windows that grow from 64 to
 :data:`MAX_WINDOW` ids (a stretch that does not re-synchronise within that is one
-difference to the end); a short stretch is then split at the equal runs inside it by an
-exact diff of that stretch alone, within a work budget linear in the branch. Large texts
-are encoded and decoded through the tokenizer's batch calls, which release the GIL, and the
-loops hand the GIL over every millisecond. Still CPU work: run it in a thread, never on the
-event loop (a 200k-id branch: ~0.5 s on a loaded 2-core machine).
+difference to the end); a long stretch is cut at the special ids (turn delimiters) both
+sides hold in the same order, and a short one split at the equal runs inside it by an exact
+diff of that stretch alone, within a work budget linear in the branch. Large texts
+are encoded and decoded through the tokenizer's batch calls, which release the GIL. Still
+CPU work: run it in a thread, never on the event loop (the interpreter hands the GIL to the
+loop's thread every switch interval; explicit ``sleep(0)`` yields were tried and cost 3 ms
+each on a loaded machine for no gain). A 200k-id branch: ~0.5-1 s on a loaded 2-core
+machine.
 """
 
 from __future__ import annotations
 
 import difflib
-import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -108,22 +110,6 @@ REFINE_BUDGET = 64
 _HASH_MUL = np.uint64(0x9E3779B97F4A7C15)
 
 
-class _Yield:
-    """Hands the GIL over about every millisecond (``time.sleep(0)``): the report runs in a
-    worker thread, and the event loop's thread should not wait a whole switch interval."""
-
-    __slots__ = ("last",)
-
-    def __init__(self) -> None:
-        self.last = time.perf_counter()
-
-    def __call__(self) -> None:
-        now = time.perf_counter()
-        if now - self.last > 0.001:
-            time.sleep(0)
-            self.last = time.perf_counter()
-
-
 def _equal_run(r: NDArray[np.int64], i: int, c: NDArray[np.int64], j: int) -> int:
     """How many ids ``r[i:]`` and ``c[j:]`` share from the start (numpy, in growing chunks,
     so a long equal run costs a few memcmps and a near difference costs little)."""
@@ -191,10 +177,12 @@ def _resync(r: NDArray[np.int64], i: int, c: NDArray[np.int64], j: int
 
 
 def align(recorded: NDArray[np.int64], canon: NDArray[np.int64],
-          pause: Callable[[], None] | None = None) -> list[tuple[int, int, int, int]]:
+          special: NDArray[np.bool_] | None = None) -> list[tuple[int, int, int, int]]:
     """The differing stretches ``(r0, r1, c0, c1)`` of two id sequences, in order; linear in
-    their length (see module docstring); ``pause`` is called between steps."""
-    pause = pause or _Yield()
+    their length (see module docstring). ``special``
+    (indexed by id) marks the ids a long stretch is split at where both sides hold the same
+    ones in the same order (turn delimiters: a lost junction after a long retokenized answer
+    is its own difference)."""
     n, m = len(recorded), len(canon)
     head = _equal_run(recorded, 0, canon, 0)
     # The common tail, found from the end, never overlapping the common head.
@@ -207,12 +195,39 @@ def align(recorded: NDArray[np.int64], canon: NDArray[np.int64],
     while i < len(r) or j < len(c):
         hit = _resync(r, i, c, j)
         a, b = hit if hit is not None else (len(r), len(c))
-        out += _refine(r, i, a, c, j, b, budget)
+        for piece in _split_at(r, i, a, c, j, b, special):
+            out += _refine(r, *piece[:2], c, *piece[2:], budget)
         if hit is None:
             break
         k = _equal_run(r, a, c, b)
         i, j = a + k, b + k
-        pause()
+    return out
+
+
+def _split_at(r: NDArray[np.int64], r0: int, r1: int, c: NDArray[np.int64], c0: int, c1: int,
+              special: NDArray[np.bool_] | None) -> list[tuple[int, int, int, int]]:
+    """A stretch cut at its shared delimiters: where both sides hold the same special ids in
+    the same order, each pair of them is an equal id between two smaller stretches."""
+    whole = [(r0, r1, c0, c1)]
+    if special is None or (r1 - r0 <= REFINE_SPAN and c1 - c0 <= REFINE_SPAN):
+        return whole
+
+    def marks(x: NDArray[np.int64], lo: int, hi: int) -> NDArray[np.intp]:
+        seg = x[lo:hi]
+        ok = (seg >= 0) & (seg < len(special))
+        return lo + np.flatnonzero(ok & special[np.where(ok, seg, 0)])
+
+    pr, pc = marks(r, r0, r1), marks(c, c0, c1)
+    if not len(pr) or len(pr) != len(pc) or not np.array_equal(r[pr], c[pc]):
+        return whole  # a special id lost or added: one (special) difference
+    out = []
+    a, b = r0, c0
+    for x, y in zip(pr.tolist(), pc.tolist(), strict=True):
+        if x > a or y > b:
+            out.append((a, x, b, y))
+        a, b = x + 1, y + 1
+    if r1 > a or c1 > b:
+        out.append((a, r1, b, c1))
     return out
 
 
@@ -261,9 +276,7 @@ def mismatch_report(builder: PromptBuilder, recorded: Sequence[int] | NDArray[An
         return Counter(special_ids[int(i)] for i in seg[is_special[seg]])
 
     rep = MismatchReport(len(rec), len(canon))
-    pause = _Yield()
-    for r0, r1, c0, c1 in align(rec, canon, pause):
-        pause()
+    for r0, r1, c0, c1 in align(rec, canon, is_special):
         rseg, cseg = rec[r0:r1], canon[c0:c1]
         rs, cs = specials(rseg), specials(cseg)
         rt, ct = tok.decode(rseg[(rseg >= 0) & (rseg < tok.vocab_size)].tolist()), \
