@@ -275,14 +275,19 @@ def mismatch_report(builder: PromptBuilder, recorded: Sequence[int] | NDArray[An
         seg = seg[(seg >= 0) & (seg < len(is_special))]
         return Counter(special_ids[int(i)] for i in seg[is_special[seg]])
 
+    stops = set(builder.family.stop_ids)
     rep = MismatchReport(len(rec), len(canon))
     for r0, r1, c0, c1 in align(rec, canon, is_special):
         rseg, cseg = rec[r0:r1], canon[c0:c1]
         rs, cs = specials(rseg), specials(cseg)
         rt, ct = tok.decode(rseg[(rseg >= 0) & (rseg < tok.vocab_size)].tolist()), \
             tok.decode(cseg.tolist())
+        # Text only the canonical render has belongs to the assistant turn when it sits
+        # before or inside the sampled text; right after a sampled stop id it is the
+        # template's (a lost junction), not the model's.
         in_sampled = bool(mask[r0:r1].any()) if r1 > r0 else bool(
-            (r0 > 0 and mask[r0 - 1]) or (r0 < len(mask) and mask[r0]))
+            (r0 < len(mask) and mask[r0])
+            or (r0 > 0 and mask[r0 - 1] and int(rec[r0 - 1]) not in stops))
         delta = {k: rs[k] - cs[k] for k in set(rs) | set(cs) if rs[k] != cs[k]}
         if delta:
             kind = DifferenceKind.SPECIAL
