@@ -64,3 +64,28 @@ def test_bridged_prompts_equal_the_servers_own_tokenization(
         msgs = [*msgs, {"role": "assistant", "content": answer},
                 {"role": "user", "content": f"and then {t}?"}]
     assert s.bridges == len(answers) - 1 and not s.rerenders
+
+
+def test_tools_smollm_ignores_keep_the_branch(builder: PromptBuilder,
+                                              llama_server: LlamaServerProc) -> None:
+    # SmolLM2's template renders no tools: adding or dropping them changes nothing the
+    # model sees, so the branch goes on (no tools_changed re-render), and each prompt is
+    # still what the server renders for the same request, tools included.
+    tools = [{"type": "function", "function": {"name": "lookup", "description": "Look up.",
+                                               "parameters": {"type": "object"}}}]
+    tok = builder.tok
+    s = TokenSession(builder)
+    msgs: list[dict[str, Any]] = [{"role": "user", "content": "hi"}]
+    base: list[int] | None = None
+    for t, ts in enumerate([tools, None, tools]):
+        plan = s.plan_on(msgs, ts, new=1 if base else len(msgs), base_ids=base,
+                         base_sampled=base is not None)
+        body: dict[str, Any] = {"messages": msgs, **({"tools": ts} if ts else {})}
+        prompt = _post(llama_server.url + "/apply-template", body)["prompt"]
+        assert plan.prompt_ids == _post(llama_server.url + "/tokenize", {
+            "content": prompt, "parse_special": True})["tokens"], t
+        answer = f"answer {t}"
+        base = [*plan.prompt_ids, *tok.encode(answer), builder.family.stop_ids[0]]
+        msgs = [*msgs, {"role": "assistant", "content": answer},
+                {"role": "user", "content": "more"}]
+    assert s.bridges == 2 and not s.rerenders
