@@ -76,6 +76,22 @@ def test_smollm_pre_tokenizer_isolates_every_digit(tmp_path: Path) -> None:
     assert tok.decode(ids) == "year 2026: 0123456789"
 
 
+@pytest.mark.parametrize(("pre", "groups"), [("llama-bpe", ["123", "456", "7"]),
+                                             ("qwen2", list("1234567")),
+                                             ("smollm", list("1234567"))])
+def test_digit_runs_split_as_the_pre_tokenizer_says(tmp_path: Path, pre: str,
+                                                    groups: list[str]) -> None:
+    tok = ChatTokenizer(build_gguf_file(tmp_path / f"{pre}.gguf", "qwen25", pre=pre))
+    ids = tok.encode("1234567")
+    # No token crosses a group boundary: the cumulative text hits every boundary.
+    ends, at = set(), 0
+    for i in ids:
+        at += len(tok.id_text(i))
+        ends.add(at)
+    bounds = {sum(len(g) for g in groups[:k + 1]) for k in range(len(groups))}
+    assert bounds <= ends and tok.decode(ids) == "1234567"
+
+
 def _write(path: Path, **kv: object) -> Path:
     w = gguf.GGUFWriter(str(path), arch="llama")
     if "model" in kv:

@@ -11,7 +11,9 @@ built into a Rust ``tokenizers`` object (no torch), with llama.cpp's rules:
 - ``pre`` names a list of regular expressions that llama.cpp applies one after another, each
   splitting every piece so far into its matches and the text between them. ``smollm``
   (and ``starcoder``, ``refact``, ...) first isolates every digit (``\\p{N}``), then splits
-  with GPT-2's expression; ``gpt2``-style names use GPT-2's expression alone.
+  with GPT-2's expression; ``gpt2``-style names use GPT-2's expression alone; ``llama-bpe``
+  (Llama 3) and ``qwen2`` use their own single expression (Llama 3 also takes a piece found
+  whole in the vocabulary as one token, before any merge).
 - Control, unknown and user-defined tokens are matched as whole strings in the raw text
   before any splitting (what ``/tokenize`` does with ``parse_special``).
 
@@ -36,7 +38,8 @@ import orjson
 
 from ._errors import TemplateError, TitoUnavailableError
 
-__all__ = ["GgufTokenizer", "gguf_cache_dir", "is_gguf", "load_gguf"]
+__all__ = ["PRE_TOKENIZERS", "GgufTokenizer", "PreTokenizer", "gguf_cache_dir", "is_gguf",
+           "load_gguf"]
 
 _HINT = "reading a GGUF tokenizer needs the optional extra: pip install 'tracewire[tito]'"
 
@@ -44,17 +47,40 @@ _HINT = "reading a GGUF tokenizer needs the optional extra: pip install 'tracewi
 #: digit runs, other-symbol runs, whitespace not followed by non-space, whitespace).
 _GPT2 = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)"
 
-#: ``tokenizer.ggml.pre`` -> the expressions llama.cpp splits with, in order (read off
-#: llama.cpp's vocabulary loader; only these groups are supported).
-PRE_TOKENIZERS: dict[str, tuple[str, ...]] = {
-    **{name: (r"\p{N}", _GPT2) for name in (
+#: Llama 3's: case-insensitive contractions, a letter run with one leading non-letter,
+#: digit runs of at most three, symbol runs with trailing newlines, newline runs, spaces.
+_LLAMA3 = (r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+"
+           r"|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+#: Qwen2's: as Llama 3's with every digit on its own.
+_QWEN2 = (r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+"
+          r"|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+
+
+@dataclass(frozen=True, slots=True)
+class PreTokenizer:
+    """How llama.cpp pre-tokenizes for one ``tokenizer.ggml.pre``: the expressions it splits
+    with, in order, and whether a piece found whole in the vocabulary skips the merges."""
+
+    exprs: tuple[str, ...]
+    ignore_merges: bool = False
+
+
+#: ``tokenizer.ggml.pre`` -> its pre-tokenizer (read off llama.cpp's vocabulary loader;
+#: only these groups are supported, each checked against llama.cpp's tokenizer test
+#: vocabularies).
+PRE_TOKENIZERS: dict[str, PreTokenizer] = {
+    **{name: PreTokenizer((r"\p{N}", _GPT2)) for name in (
         "smollm", "starcoder", "refact", "command-r", "codeshell", "exaone", "minerva")},
-    **{name: (_GPT2,) for name in ("gpt-2", "gpt2", "phi-2", "jina-es", "jina-de",
-                                   "jina-v2-es", "jina-v2-de", "mpt", "olmo", "jais")},
+    **{name: PreTokenizer((_GPT2,)) for name in (
+        "gpt-2", "gpt2", "phi-2", "jina-es", "jina-de", "jina-v2-es", "jina-v2-de", "mpt",
+        "olmo", "jais")},
+    **{name: PreTokenizer((_LLAMA3,), ignore_merges=True) for name in (
+        "llama3", "llama-v3", "llama-bpe", "falcon3", "pixtral")},
+    **{name: PreTokenizer((_QWEN2,)) for name in ("qwen2", "deepseek-r1-qwen")},
 }
 
 #: Bump when the built form changes, so old cache files are not reused.
-_CACHE_VERSION = 1
+_CACHE_VERSION = 2
 
 _TOKEN_NORMAL, _TOKEN_UNKNOWN, _TOKEN_CONTROL, _TOKEN_USER = 1, 2, 3, 4
 
@@ -146,8 +172,8 @@ def _build(path: Path) -> GgufTokenizer:
         raise TemplateError(f"{path}: tokenizer.ggml.model {meta['model']!r} is not supported "
                             "(only byte-level BPE, 'gpt2')")
     pre = str(meta["pre"])
-    exprs = PRE_TOKENIZERS.get(pre)
-    if exprs is None:
+    spec = PRE_TOKENIZERS.get(pre)
+    if spec is None:
         raise TemplateError(f"{path}: tokenizer.ggml.pre {pre!r} is not supported (supported: "
                             f"{', '.join(sorted(PRE_TOKENIZERS))})")
     try:
@@ -169,11 +195,11 @@ def _build(path: Path) -> GgufTokenizer:
             raise TemplateError(f"{path}: malformed merge {m!r}")
         merges.append((a, b))
     tok = Tokenizer(models.BPE(vocab=vocab, merges=merges, fuse_unk=False,
-                               byte_fallback=False))
+                               byte_fallback=False, ignore_merges=spec.ignore_merges))
     # Each expression splits every piece so far, matches and gaps both kept: llama.cpp's
     # sequential regex split. ByteLevel then only maps bytes (its own regex off).
     tok.pre_tokenizer = pre_tokenizers.Sequence(
-        [pre_tokenizers.Split(Regex(e), behavior="isolated") for e in exprs]
+        [pre_tokenizers.Split(Regex(e), behavior="isolated") for e in spec.exprs]
         + [pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
     tok.decoder = decoders.ByteLevel()
     special = [t for t, k in zip(tokens, types, strict=False)
