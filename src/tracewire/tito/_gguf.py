@@ -15,7 +15,11 @@ built into a Rust ``tokenizers`` object (no torch), with llama.cpp's rules:
   (Llama 3) and ``qwen2`` use their own single expression (Llama 3 also takes a piece found
   whole in the vocabulary as one token, before any merge).
 - Control, unknown and user-defined tokens are matched as whole strings in the raw text
-  before any splitting (what ``/tokenize`` does with ``parse_special``).
+  before any splitting (what ``/tokenize`` does with ``parse_special``). Known gaps, none
+  of which SmolLM2's file has: llama.cpp takes special tokens longest first over the whole
+  text where ``tokenizers`` takes the leftmost (they differ only when two special tokens'
+  texts overlap), and the space-stripping it sets for a few models' tokens by name is not
+  reproduced.
 
 Reading the metadata is the slow part (``gguf`` builds a view per array element, ~2 s for a
 49k vocabulary), so the built tokenizer is cached on disk per file (resolved path, size,

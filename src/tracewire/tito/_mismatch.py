@@ -179,10 +179,9 @@ def _resync(r: NDArray[np.int64], i: int, c: NDArray[np.int64], j: int
 def align(recorded: NDArray[np.int64], canon: NDArray[np.int64],
           special: NDArray[np.bool_] | None = None) -> list[tuple[int, int, int, int]]:
     """The differing stretches ``(r0, r1, c0, c1)`` of two id sequences, in order; linear in
-    their length (see module docstring). ``special``
-    (indexed by id) marks the ids a long stretch is split at where both sides hold the same
-    ones in the same order (turn delimiters: a lost junction after a long retokenized answer
-    is its own difference)."""
+    their length (see module docstring). ``special`` (indexed by id) marks the ids a long
+    stretch is cut at where both sides hold the same ones in the same order (turn
+    delimiters: a lost junction after a long retokenized answer is its own difference)."""
     n, m = len(recorded), len(canon)
     head = _equal_run(recorded, 0, canon, 0)
     # The common tail, found from the end, never overlapping the common head.
