@@ -24,6 +24,8 @@ from tracewire.tito.fixtures import build_gguf_file, build_tokenizer_dir
 @pytest.fixture(autouse=True)
 def _own_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TRACEWIRE_CACHE", str(tmp_path / "cache"))
+    # Fixture vocabularies build in milliseconds; cache them anyway to test the cache.
+    monkeypatch.setattr(gguf_mod, "CACHE_MIN_BUILD_S", 0.0)
     gguf_mod._memo.clear()
 
 
@@ -139,6 +141,7 @@ def test_the_built_tokenizer_is_cached_per_file(tmp_path: Path,
     assert ChatTokenizer(path).encode("hello <|im_end|> 42") == first
     monkeypatch.undo()
     monkeypatch.setenv("TRACEWIRE_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(gguf_mod, "CACHE_MIN_BUILD_S", 0.0)
     # A corrupt cache file is rebuilt; a changed file gets its own entry.
     files[0].write_text("{broken")
     gguf_mod._memo.clear()
@@ -157,3 +160,19 @@ def test_an_unwritable_cache_only_costs_time(tmp_path: Path,
     path = build_gguf_file(tmp_path / "u.gguf", "llama3")
     assert ChatTokenizer(path).encode("<|eot_id|>") == [ChatTokenizer(path).special[
         "<|eot_id|>"]]
+
+
+def test_fast_builds_are_not_cached_and_the_cache_stays_bounded(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    cache = tmp_path / "cache" / "tokenizers"
+    monkeypatch.setattr(gguf_mod, "CACHE_MIN_BUILD_S", 3600.0)
+    ChatTokenizer(build_gguf_file(tmp_path / "fast.gguf", "qwen25"))
+    assert not list(cache.glob("gguf-*.json"))
+    monkeypatch.setattr(gguf_mod, "CACHE_MIN_BUILD_S", 0.0)
+    monkeypatch.setattr(gguf_mod, "MAX_CACHED", 2)
+    src = build_gguf_file(tmp_path / "a.gguf", "qwen25")
+    for k in range(4):
+        p = tmp_path / f"copy{k}.gguf"
+        p.write_bytes(src.read_bytes())
+        ChatTokenizer(p)
+    assert len(list(cache.glob("gguf-*.json"))) == 2

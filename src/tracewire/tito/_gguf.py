@@ -22,8 +22,9 @@ built into a Rust ``tokenizers`` object (no torch), with llama.cpp's rules:
   reproduced.
 
 Reading the metadata is the slow part (``gguf`` builds a view per array element, ~2 s for a
-49k vocabulary), so the built tokenizer is cached on disk per file (resolved path, size,
-mtime) under the tracewire cache directory, and in memory per process.
+49k vocabulary), so a tokenizer that took at least :data:`CACHE_MIN_BUILD_S` to build is
+cached on disk per file (resolved path, size, mtime) under the tracewire cache directory
+(the newest :data:`MAX_CACHED` files kept), and every one in memory per process.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ import os
 import struct
 import tempfile
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -85,6 +87,10 @@ PRE_TOKENIZERS: dict[str, PreTokenizer] = {
 
 #: Bump when the built form changes, so old cache files are not reused.
 _CACHE_VERSION = 2
+#: Builds faster than this are not written to the disk cache.
+CACHE_MIN_BUILD_S = 0.25
+#: Cache files kept (the newest); older ones are removed when a new one is written.
+MAX_CACHED = 16
 
 _TOKEN_NORMAL, _TOKEN_UNKNOWN, _TOKEN_CONTROL, _TOKEN_USER = 1, 2, 3, 4
 
@@ -266,6 +272,16 @@ def _store(cache: Path, built: GgufTokenizer) -> None:
                 os.unlink(tmp)
 
 
+def _prune(directory: Path) -> None:
+    """Keep the newest MAX_CACHED cache files (one per GGUF file and version seen)."""
+    with contextlib.suppress(OSError):
+        files = sorted(directory.glob("gguf-*.json"), key=lambda f: f.stat().st_mtime,
+                       reverse=True)
+        for old in files[MAX_CACHED:]:
+            with contextlib.suppress(OSError):
+                old.unlink()
+
+
 def load_gguf(path: str | Path, *, use_cache: bool = True) -> GgufTokenizer:
     """The tokenizer of the GGUF file ``path`` (see module docstring);
     :class:`TemplateError` for a file that is not GGUF or whose tokenizer is unsupported."""
@@ -284,9 +300,13 @@ def load_gguf(path: str | Path, *, use_cache: bool = True) -> GgufTokenizer:
     cache = _cache_file(p, st)
     built = _load_cached(cache, p) if use_cache else None
     if built is None:
+        t0 = time.perf_counter()
         built = _build(p)
-        if use_cache:
+        # Only a slow build is worth a file (a small vocabulary builds in milliseconds:
+        # tests' fixture files would otherwise pile up in the user's cache).
+        if use_cache and time.perf_counter() - t0 >= CACHE_MIN_BUILD_S:
             _store(cache, built)
+            _prune(cache.parent)
     with _memo_lock:
         _memo[key] = built
     return built
