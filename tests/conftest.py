@@ -20,8 +20,7 @@ LANES: dict[str, tuple[str, ...]] = {
     "ray": ("serve/ray", "compose/ray", "serve/test_ray.py", "compose/test_eval_ray.py"),
     "realmodel": ("realmodel",),
     "sandbox": ("runtime/test_bwrap.py", "runtime/test_docker.py"),
-    "agent": ("examples", "runtime/test_presets.py", "runtime/test_examples.py",
-              "proxy/test_stream_usage.py"),
+    "agent": ("examples", "runtime/test_presets.py", "proxy/test_stream_usage.py"),
     "slow": ("test_typed_facade.py", "proxy/test_fuzz.py", "store/test_crash.py",
              "store/test_trust.py", "view/test_crashed.py", "view/test_api_scale.py"),
 }

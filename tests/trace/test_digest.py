@@ -194,3 +194,15 @@ async def test_the_proxy_stores_the_canonical_digest_and_matches_reserialized_ar
     assert [n.parent for n in nodes] == [None, 0, 1, 2, 3]  # one branch: the resend matched
     for node in nodes:
         assert node.digest == old_proxy_digest(node.message) == message_digest(node.message)
+
+
+def test_the_one_case_tito_now_tells_apart() -> None:
+    # Old tito compared arguments as decoded values, so JSON text '"x"' (a JSON string)
+    # and the bare text 'x' were one turn; the stored (proxy) digest always told them
+    # apart, and tito now agrees with it. Nothing else in the corpus above changed group.
+    def call(args: str) -> dict[str, Any]:
+        return {"role": "assistant", "content": "",
+                "tool_calls": [{"id": "c", "function": {"name": "f", "arguments": args}}]}
+
+    assert old_tito_digest(call('"x"')) == old_tito_digest(call("x"))
+    assert chat_message_digest(call('"x"')) != chat_message_digest(call("x"))
