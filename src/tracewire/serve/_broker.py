@@ -29,19 +29,10 @@ import zmq
 
 from .._errors import BusyError, ProtocolError, RunTimeout, ServeError, WorkerDiedError
 from ..trace import SCHEMA_VERSION, new_id
-from ._auth import (
-    CLIENTS,
-    WORKERS,
-    ClientKey,
-    Gate,
-    KeyPair,
-    is_tcp,
-    register_local,
-    unregister_local,
-    write_key_file,
-)
+from ._auth import ClientKey, is_tcp
 from ._config import DEFAULT_ADDRESS, ServerConfig, WorkerConfig
 from ._direct import loopback_id, valid_data_address
+from ._guard import Guard
 from ._io import Reader
 from ._liveness import ClientWatch
 from ._pool import LocalProcessPool, WorkerPool
@@ -90,15 +81,7 @@ class EnvServer:
         self._readers: list[Reader] = []
         self._monitors: list[tuple[zmq.Socket[Any], zmq.Socket[Any]]] = []
         self._tmpdir: str | None = None
-        self._keydir: str | None = None
-        # One keypair per server: both sockets' CURVE identity.
-        self._keys = KeyPair.new()
-        self._gate: Gate | None = None
-        self._curve_workers = False
-        #: The client key file of a CURVE client socket (None on ipc:// or inproc://).
-        self.client_key_file: str | None = None
-        #: The key a client needs (a copy of the key file's content).
-        self.client_key: ClientKey | None = None
+        self._guard = Guard(self._ctx)
         self.jobs: dict[int, Job] = {}
         self.queue: deque[Job] = deque()
         self.requests: dict[tuple[bytes, str], set[int]] = {}
@@ -136,42 +119,38 @@ class EnvServer:
         elif endpoint is None:
             endpoint = "tcp://127.0.0.1:0"  # remote workers: loopback unless told otherwise
         curve_front = cfg.curve and is_tcp(self._bind)
-        self._curve_workers = cfg.curve and is_tcp(endpoint)
-        if curve_front or self._curve_workers:
-            # Before any CURVE socket binds: without a gate libzmq would admit every key.
-            self._gate = Gate(self._ctx)
-            self._gate.start()
+        curve_workers = cfg.curve and is_tcp(endpoint)
         self._front = self._ctx.socket(zmq.ROUTER)
         self._front.setsockopt(zmq.LINGER, 1000)
         self._front.setsockopt(zmq.MAXMSGSIZE, cfg.max_request_bytes)
         # Sends to a gone or non-reading peer fail loudly instead of vanishing.
         self._front.setsockopt(zmq.ROUTER_MANDATORY, 1)
         if curve_front:
-            self._curve_server(self._front, CLIENTS)
+            self._guard.arm(self._front, workers=False)
         try:
             self._front.bind(self._bind)
         except zmq.ZMQError as exc:
             self._front.close(0)
-            self._close_gate()
+            self._guard.close()
             raise ServeError(f"cannot bind {self._bind}: {exc}") from exc
         self.address = str(self._front.getsockopt_string(zmq.LAST_ENDPOINT))
         self._back = self._ctx.socket(zmq.ROUTER)
         self._back.setsockopt(zmq.LINGER, 0)
         self._back.setsockopt(zmq.ROUTER_MANDATORY, 1)
-        if self._curve_workers:
-            self._curve_server(self._back, WORKERS)
+        if curve_workers:
+            self._guard.arm(self._back, workers=True)
         try:
             self._back.bind(endpoint)
         except zmq.ZMQError as exc:
             self._front.close(0)
             self._back.close(0)
-            self._close_gate()
+            self._guard.close()
             raise ServeError(f"cannot bind the worker endpoint {endpoint}: {exc}") from exc
         self.worker_endpoint = str(self._back.getsockopt_string(zmq.LAST_ENDPOINT))
         if pool.in_process:
             pool.attach(self._ctx, self.worker_endpoint)
         if curve_front:
-            self._client_key()
+            self._guard.admit_clients(self.address, cfg.client_key_file, cfg.client_keys)
         self.started_at = time.time()
         self._front_io = Reader(self._front, self._on_front, "clients")
         self._back_io = Reader(self._back, self._on_worker, "workers")
@@ -187,35 +166,6 @@ class EnvServer:
         self.workers.ensure()
         return self
 
-    def _curve_server(self, sock: zmq.Socket[Any], domain: bytes) -> None:
-        sock.curve_server = True
-        sock.curve_secretkey = self._keys.secret.encode()
-        sock.zap_domain = domain
-
-    def _close_gate(self) -> None:
-        if self._gate is not None:
-            self._gate.close()
-            self._gate = None
-
-    def _client_key(self) -> None:
-        """Make and authorise this server's client key; write it where only we can read it."""
-        assert self._gate is not None
-        pair = KeyPair.new()
-        key = self.client_key = ClientKey(server_key=self._keys.public, public=pair.public,
-                                          secret=pair.secret, address=self.address)
-        self._gate.allow_client(pair.public)
-        for extra in self.config.client_keys:
-            self._gate.allow_client(extra)
-        path = self.config.client_key_file
-        if path is None:
-            self._keydir = tempfile.mkdtemp(prefix="tw-keys-")  # mode 0700
-            path = os.path.join(self._keydir, "client.key")
-        try:
-            self.client_key_file = str(write_key_file(path, key))
-        except OSError as exc:
-            raise ServeError(f"cannot write the client key file {path}: {exc}") from exc
-        register_local(self.address, key)
-
     def _watch(self, sock: zmq.Socket[Any], events: int, who: str) -> None:
         monitor = sock.get_monitor_socket(events)
         self._monitors.append((sock, monitor))
@@ -228,6 +178,16 @@ class EnvServer:
             self.counters[f"{who}_handshakes_failed"] += 1
         elif who == "worker" and event == zmq.EVENT_DISCONNECTED:
             self.workers.probe()
+
+    @property
+    def client_key_file(self) -> str | None:
+        """The client key file of a CURVE client socket (None on ipc:// or inproc://)."""
+        return self._guard.client_key_file
+
+    @property
+    def client_key(self) -> ClientKey | None:
+        """What a client needs to connect (the key file's content), if CURVE is on."""
+        return self._guard.client_key
 
     async def __aenter__(self) -> EnvServer:
         return await self.start()
@@ -276,12 +236,10 @@ class EnvServer:
         for s in (self._front, self._back):
             if s is not None:
                 s.close(linger=1000)
-        self._close_gate()
+        self._guard.close()
         self._ctx.term()
-        unregister_local(self.address)
-        for d in (self._tmpdir, self._keydir):
-            if d:
-                shutil.rmtree(d, ignore_errors=True)
+        if self._tmpdir:
+            shutil.rmtree(self._tmpdir, ignore_errors=True)
         self._stopped.set()
 
     # -- sending ---------------------------------------------------------------------------
@@ -416,14 +374,9 @@ class EnvServer:
     def worker_config(self, w: WorkerState) -> WorkerConfig:
         """The configuration (and keys) the new worker ``w`` starts with."""
         cfg = self.config
-        keys = {}
-        if self._curve_workers and self._gate is not None:
-            # Its own pair: the broker admits exactly this worker under exactly this id.
-            pair = KeyPair.new()
-            w.public_key = pair.public
-            self._gate.allow_worker(pair.public, w.id)
-            keys = {"server_key": self._keys.public, "public_key": pair.public,
-                    "secret_key": pair.secret}
+        # Its own pair: the broker admits exactly this worker under exactly this id.
+        keys = self._guard.worker_keys(w.id)
+        w.public_key = keys.get("public_key", "")
         return WorkerConfig(endpoint=self.worker_endpoint, worker_id=w.id, env=self.env,
                             factory=self.factory, options=self.options,
                             heartbeat_s=cfg.heartbeat_s, coalesce_s=cfg.coalesce_s, **keys)
@@ -434,8 +387,7 @@ class EnvServer:
 
     def worker_gone(self, w: WorkerState, status: int) -> None:
         """Fail every job of a worker that exited (called within ms of its death noticed)."""
-        if w.public_key and self._gate is not None:
-            self._gate.forget_worker(w.public_key)  # nobody reconnects as it
+        self._guard.forget_worker(w.public_key)  # nobody reconnects as it
         where = f"pid {w.pid}" if w.pid is not None else (w.where or "no pid")
         for jid in list(w.jobs):
             job = self.jobs.get(jid)
@@ -548,7 +500,7 @@ class EnvServer:
         w = self.workers.get(wid)
         # On CURVE the user id is the id the gate gave this key: a worker speaks only as itself.
         if w is None or len(frames) < 3 or (
-                self._curve_workers and frames[0].get("User-Id") != wid):
+                self._guard.workers and frames[0].get("User-Id") != wid):
             self.counters["frames_dropped"] += 1
             return
         w.last_seen = time.monotonic()
@@ -598,7 +550,7 @@ class EnvServer:
             "env": self.env,
             "backend": self.workers.pool.name,
             "pid": os.getpid(),
-            "curve": {"clients": self.client_key is not None, "workers": self._curve_workers},
+            "curve": {"clients": self.client_key is not None, "workers": self._guard.workers},
         }
 
     def stats(self) -> dict[str, Any]:
@@ -610,5 +562,5 @@ class EnvServer:
             "worker_starts": self.workers.starts,
             "worker_deaths": self.workers.deaths,
             "workers": [w.row() for w in self.workers.all.values()],
-            "handshakes_denied": dict(self._gate.denied) if self._gate else {},
+            "handshakes_denied": self._guard.denied(),
         }
