@@ -179,7 +179,7 @@ def _start(cmd: list[str], env: dict[str, str] | None = None
     assert proc.stdout is not None
     line = proc.stdout.readline().strip()
     address = line.split()[-1]
-    if "--no-curve" not in cmd:
+    if "tracewire" in cmd and "--no-curve" not in cmd:
         # A TCP server is CURVE: its second line names the client key file.
         key_line = proc.stdout.readline().split()
         assert key_line[:3] == ["client", "key", "file:"], key_line
@@ -357,6 +357,16 @@ async def main_backends(runs: int, episodes: int) -> None:
             p.wait(timeout=60)
 
 
+def _cpu_s(pids: list[int]) -> float:
+    """CPU seconds (user + system) the processes ``pids`` have used so far."""
+    total = 0
+    for pid in pids:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        total += int(fields[11]) + int(fields[12])
+    return total / os.sysconf("SC_CLK_TCK")
+
+
 async def main_curve(runs: int, episodes: int) -> None:
     serve = [sys.executable, "-m", "tracewire", "serve", "standin", "--address",
              "tcp://127.0.0.1:0", "--worker-address", "tcp://127.0.0.1:0"]
@@ -382,13 +392,26 @@ async def main_curve(runs: int, episodes: int) -> None:
         for c in clients.values():
             for _ in range(3):
                 await one(c, small)
+        # Server side: the broker process and its worker processes.
+        procs = {"curve": curve_proc.pid, "plain": plain_proc.pid}
+        pids: dict[str, list[int]] = {}
+        for name, c in clients.items():
+            workers = [w["pid"] for w in (await c.stats())["workers"]]
+            pids[name] = [procs[name.split("_")[0]], *workers]
         rt: dict[str, list[float]] = {k: [] for k in clients}
+        cpu: dict[str, float] = dict.fromkeys(clients, 0.0)
         for _ in range(runs):  # interleaved, so other load falls on all alike
             for name, c in clients.items():
+                before = _cpu_s(pids[name]) + time.process_time()
                 ms, res = await _timed(lambda c=c: one(c, big), 1)
+                cpu[name] += _cpu_s(pids[name]) + time.process_time() - before
                 assert len(res.episode.traces[0].nodes) == 2000
                 rt[name].append(ms)
         med = {k: statistics.median(v) for k, v in rt.items()}
+        for path, sfx in (("", "direct"), ("_broker", "broker_path")):
+            emit("serve_curve", f"turns_1000_{sfx}", "cpu_ms_per_episode", "ms",
+                 cpu[f"curve{path}"] / runs * 1e3, cpu[f"plain{path}"] / runs * 1e3, "lower",
+                 runs)
         emit("serve_curve", "turns_1000_direct", "round_trip_ms", "ms", med["curve"],
              med["plain"], "lower", runs)
         emit("serve_curve", "turns_1000_broker_path", "round_trip_ms", "ms",
