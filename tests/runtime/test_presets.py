@@ -61,7 +61,8 @@ def test_codex_config_points_only_at_the_session() -> None:
 
 
 def test_mini_swe_agent_uses_litellm_openai_provider() -> None:
-    argv, env, _ = mini_swe_agent("t", model="m").render(BwrapRuntime(endpoint=EP))
+    # A host place: rendering for bwrap also resolves `mini` (see test_sandbox_path.py).
+    argv, env, _ = mini_swe_agent("t", model="m").render(LocalRuntime(endpoint=EP))
     assert argv[argv.index("-m") + 1] == "openai/m"
     assert env["LITELLM_LOCAL_MODEL_COST_MAP"] == "True"
 

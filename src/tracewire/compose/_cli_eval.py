@@ -51,15 +51,24 @@ def configure(parser: argparse.ArgumentParser) -> None:
                              "subprocess, unsafe for untrusted agents), bwrap (a sandbox "
                              "whose only way out is its proxy session) or docker "
                              "(default: the environment's choice, else a host subprocess)")
+    parser.add_argument("--sandbox-path", action="append", default=[], metavar="DIR",
+                        help="with --runtime bwrap: a host directory bound read-only and put "
+                             "first on the sandbox's PATH, e.g. where an agent CLI is "
+                             "installed (an npm prefix's bin); its executables' install "
+                             "trees and interpreters are bound too (repeatable)")
+    parser.add_argument("--ro-path", action="append", default=[], metavar="DIR",
+                        help="with --runtime bwrap or docker: a host path bound read-only "
+                             "at the same path (repeatable)")
     parser.add_argument("--out", help="run directory (default: runs/<env>-<timestamp>)")
     parser.add_argument("--resume", action="store_true",
                         help="continue the run in --out, skipping finished (task, rollout) pairs")
     parser.add_argument("--seed", type=int, default=0, help="sampling seed (default: 0)")
     parser.add_argument("--temperature", type=float, default=None, help="sampling temperature")
     parser.add_argument("--max-tokens", type=int, default=None, help="tokens per model turn")
-    parser.add_argument("--tokenizer", default=None, metavar="DIR",
+    parser.add_argument("--tokenizer", default=None, metavar="DIR|FILE.gguf",
                         help="token-in/token-out: render prompts with this local tokenizer "
-                             "directory and send ids to --base-url (needs tracewire[tito])")
+                             "directory or GGUF model file and send ids to --base-url "
+                             "(needs tracewire[tito])")
     parser.add_argument("--upstream-api", choices=UPSTREAM_APIS, default="completions",
                         help="token-in endpoint with --tokenizer (default: completions)")
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
@@ -125,6 +134,8 @@ async def run_cli(args: argparse.Namespace) -> tuple[int, str | None]:
             ray_address=args.ray_address, worker_cpus=args.worker_cpus,
             worker_resources=_resources(getattr(args, "worker_resources", None)),
             runtime=args.runtime,
+            ro_paths=getattr(args, "ro_path", None) or (),
+            sandbox_paths=getattr(args, "sandbox_path", None) or (),
             stop=stop,
             total_hint=set_total, tokenizer=args.tokenizer, upstream_api=args.upstream_api,
             on_episode=lambda _e, tally: bar.update(tally) if bar is not None else None,

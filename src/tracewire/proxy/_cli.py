@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
+import stat
+import sys
 from collections.abc import Callable
 
+from .._errors import ProxyError
 from ._config import ProxyConfig
 from ._server import Proxy
 from ._upstream_api import Upstream
@@ -13,7 +17,7 @@ from ._upstream_api import Upstream
 #: ``make(url, config, model=...)``: the upstream for ``url`` (the URL itself: pass-through).
 UpstreamFactory = Callable[..., "str | Upstream"]
 
-__all__ = ["HELP", "configure", "run"]
+__all__ = ["HELP", "configure", "read_token_file", "run"]
 
 HELP = "Run the interception proxy in front of an OpenAI-compatible upstream."
 
@@ -27,24 +31,53 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--upstream-timeout", type=float, default=600.0)
     parser.add_argument("--no-token-fields", action="store_true",
                         help="do not ask the upstream for token ids (hosted APIs)")
-    parser.add_argument("--tokenizer", default=None, metavar="DIR",
-                        help="local tokenizer directory: render prompts here and send token "
-                             "ids (token-in/token-out; needs tracewire[tito]). Default: "
-                             "pass-through chat")
-    parser.add_argument("--upstream-api", choices=("completions", "generate", "sglang"),
+    parser.add_argument("--tokenizer", default=None, metavar="DIR|FILE.gguf",
+                        help="local tokenizer directory or GGUF model file: render prompts "
+                             "here and send token ids (token-in/token-out; needs "
+                             "tracewire[tito]). Default: pass-through chat")
+    parser.add_argument("--upstream-api",
+                        choices=("completions", "generate", "sglang", "llamacpp"),
                         default="completions",
                         help="token-in endpoint with --tokenizer: vLLM /v1/completions, vLLM "
-                             "/inference/v1/generate or SGLang /generate")
+                             "/inference/v1/generate, SGLang /generate or llama-server "
+                             "/completion")
     parser.add_argument("--model", default="", help="model name sent upstream (token-in)")
-    parser.add_argument("--session-token", default=None,
-                        help="trainer token of the /sessions API (default: "
-                             "$TRACEWIRE_SESSION_TOKEN, else generated and printed)")
+    tok = parser.add_mutually_exclusive_group()
+    tok.add_argument("--session-token", default=None,
+                     help="trainer token of the /sessions API (visible to every local user "
+                          "in the process list: prefer --session-token-file; default: "
+                          "$TRACEWIRE_SESSION_TOKEN, else generated and printed)")
+    tok.add_argument("--session-token-file", default=None, metavar="PATH",
+                     help="read the trainer token from PATH (one line; the file must not be "
+                          "readable by group or others)")
+
+
+def read_token_file(path: str) -> str:
+    """The token in ``path`` (surrounding whitespace stripped); ``ProxyError`` when it is
+    missing, empty, over 4 KiB, or readable by group or others."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOCTTY)
+    except OSError as exc:
+        raise ProxyError(f"cannot read the session token file {path}: {exc.strerror}") from exc
+    with os.fdopen(fd, "rb") as f:
+        mode = os.fstat(f.fileno()).st_mode
+        if mode & 0o077:
+            raise ProxyError(f"session token file {path} is readable by group or others "
+                             f"(mode {stat.S_IMODE(mode):o}); chmod 600 it")
+        data = f.read(4097)
+    token = data.decode("utf-8", "replace").strip()
+    if not token or len(data) > 4096 or "\n" in token:
+        raise ProxyError(f"session token file {path} must hold one token on one line")
+    return token
 
 
 async def _serve(args: argparse.Namespace, make_upstream: UpstreamFactory | None) -> None:
+    token = args.session_token
+    if getattr(args, "session_token_file", None):
+        token = read_token_file(args.session_token_file)
     cfg = ProxyConfig(max_body_bytes=int(args.max_body_mb * 1024 * 1024),
                       upstream_timeout=args.upstream_timeout,
-                      session_token=args.session_token, tokenizer=args.tokenizer,
+                      session_token=token, tokenizer=args.tokenizer,
                       upstream_api=args.upstream_api)
     if args.no_token_fields:
         cfg.token_fields = {}
@@ -69,4 +102,7 @@ def run(args: argparse.Namespace, make_upstream: UpstreamFactory | None = None) 
         asyncio.run(_serve(args, make_upstream))
     except KeyboardInterrupt:
         pass
+    except ProxyError as exc:
+        print(f"tracewire proxy: {exc}", file=sys.stderr)
+        return 2
     return 0
