@@ -25,7 +25,13 @@ import zmq
 from tracewire import ServeError
 from tracewire.codec import encode_frames
 from tracewire.serve import EnvClient, EnvServer, LocalProcessPool, ServerConfig, WorkerHandle
-from tracewire.serve._auth import KeyPair, read_key_file, unregister_local
+from tracewire.serve._auth import (
+    ClientKey,
+    KeyPair,
+    read_key_file,
+    unregister_local,
+    write_key_file,
+)
 from tracewire.serve._config import WorkerConfig
 from tracewire.serve._pool import ProcessHandle
 from tracewire.serve._protocol import encode_envelope
@@ -223,6 +229,9 @@ async def test_a_worker_being_killed_gets_no_new_job() -> None:
         assert fresh.done == 1 and doomed.done == 0
         await until(lambda: doomed.id not in srv.workers.all, "the late kill to land")
         assert srv.workers.deaths == 1
+        assert srv.health()["last_worker_error"] == (
+            f"worker {doomed.id} (pid {doomed.pid}) killed: did not stop a cancelled episode "
+            "within 0.3s")
         assert srv.counters["episodes_failed"] == 1  # the cancelled one only
 
 
@@ -233,10 +242,23 @@ async def connect_once(client: EnvClient) -> None:
         await client.close()
 
 
+async def client_with(srv: EnvServer, tmp_path: Path, pair: KeyPair) -> int:
+    """Run one episode as a client holding ``pair``; the number of nodes it got."""
+    assert srv.client_key is not None
+    own = tmp_path / "own.key"
+    write_key_file(own, ClientKey(server_key=srv.client_key.server_key, public=pair.public,
+                                  secret=pair.secret))
+    async with EnvClient(srv.address, key_file=own) as client:
+        res = await client.run({"turns": 1, "tokens": 3})
+    return len(res.episode.traces[0].nodes)
+
+
 async def test_client_socket_admits_only_holders_of_the_servers_key(tmp_path: Path) -> None:
     key_file = tmp_path / "keys" / "client.key"
     key_file.parent.mkdir(mode=0o700)
-    async with server(LocalProcessPool(), workers=1, client_key_file=str(key_file)) as srv:
+    extra = KeyPair.new()
+    async with server(LocalProcessPool(), workers=1, client_key_file=str(key_file),
+                      client_keys=[extra.public]) as srv:
         assert srv.client_key_file == str(key_file)
         assert stat.S_IMODE(key_file.stat().st_mode) == 0o600
         key = read_key_file(key_file)
@@ -259,6 +281,8 @@ async def test_client_socket_admits_only_holders_of_the_servers_key(tmp_path: Pa
             await connect_once(EnvClient(srv.address))
         assert srv.stats()["handshakes_denied"]["clients"] >= 1
         assert srv.counters["client_handshakes_failed"] >= 2
+        # A key the operator authorised (ServerConfig.client_keys) gets in.
+        assert (await client_with(srv, tmp_path, extra)) == 2
         # A key file others can read is refused before anything is sent.
         key_file.chmod(0o644)
         with pytest.raises(ServeError, match="accessible by other users"):

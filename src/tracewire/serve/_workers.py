@@ -174,7 +174,9 @@ class Workers:
             self.deaths += 1
             if why is None:
                 why = f"worker {w.id} (pid {w.pid}) exited with status {status}"
-                if was == "starting" and self.last_error and w.id in self.last_error:
+                # Why it was killed (or failed to start) says more than its exit status.
+                if was in ("starting", "killing") and self.last_error and \
+                        w.id in self.last_error:
                     why = self.last_error
             self.last_error = why
             # Back off when workers die young (a crash loop), not after a long healthy life.
@@ -221,7 +223,10 @@ class Workers:
             elif w.state == "starting" and now - w.started > cfg.start_timeout:
                 self.kill(w, f"not ready after {cfg.start_timeout}s")
             elif w.state == "killing" and now - w.killed_at > cfg.cancel_grace:
-                self.kill(w, "still running after it was killed")
+                # A kill that did not take is repeated (the first reason stays the error).
+                w.killed_at = now
+                if w.handle is not None:
+                    w.handle.kill()
         ready = [w for w in self.all.values() if w.state == "ready"]
         idle = [w for w in ready if not w.jobs and now - w.idle_since > cfg.idle_s]
         load = sum(len(w.jobs) for w in ready)
