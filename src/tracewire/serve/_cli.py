@@ -148,6 +148,9 @@ async def _serve(args: argparse.Namespace) -> int:
     if server.client_key_file is not None:
         print(f"client key file: {server.client_key_file} (clients: export "
               f"TRACEWIRE_CLIENT_KEY_FILE={server.client_key_file})", flush=True)
+    if server.client_key is not None:
+        # For clients with a keypair of their own (admitted with --client-keys).
+        print(f"server public key: {server.client_key.server_key}", flush=True)
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
