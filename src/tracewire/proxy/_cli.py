@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
-import stat
 import sys
 from collections.abc import Callable
 
 from .._errors import ProxyError
+from ..sessions import read_token_file
 from ._config import ProxyConfig
 from ._server import Proxy
 from ._upstream_api import Upstream
@@ -17,7 +16,7 @@ from ._upstream_api import Upstream
 #: ``make(url, config, model=...)``: the upstream for ``url`` (the URL itself: pass-through).
 UpstreamFactory = Callable[..., "str | Upstream"]
 
-__all__ = ["HELP", "configure", "read_token_file", "run"]
+__all__ = ["HELP", "configure", "run"]
 
 HELP = "Run the interception proxy in front of an OpenAI-compatible upstream."
 
@@ -50,25 +49,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
     tok.add_argument("--session-token-file", default=None, metavar="PATH",
                      help="read the trainer token from PATH (one line; the file must not be "
                           "readable by group or others)")
-
-
-def read_token_file(path: str) -> str:
-    """The token in ``path`` (surrounding whitespace stripped); ``ProxyError`` when it is
-    missing, empty, over 4 KiB, or readable by group or others."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOCTTY)
-    except OSError as exc:
-        raise ProxyError(f"cannot read the session token file {path}: {exc.strerror}") from exc
-    with os.fdopen(fd, "rb") as f:
-        mode = os.fstat(f.fileno()).st_mode
-        if mode & 0o077:
-            raise ProxyError(f"session token file {path} is readable by group or others "
-                             f"(mode {stat.S_IMODE(mode):o}); chmod 600 it")
-        data = f.read(4097)
-    token = data.decode("utf-8", "replace").strip()
-    if not token or len(data) > 4096 or "\n" in token:
-        raise ProxyError(f"session token file {path} must hold one token on one line")
-    return token
 
 
 async def _serve(args: argparse.Namespace, make_upstream: UpstreamFactory | None) -> None:
