@@ -351,3 +351,52 @@ async def test_forged_frames_on_the_direct_path_are_dropped() -> None:
         ctx.term()
         assert len(res.episode.traces[0].nodes) == 40
         assert_genuine([res.episode])
+
+
+async def test_cli_server_with_a_tcp_worker_endpoint_holds_off_an_impostor() -> None:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "tracewire", "serve", "standin", "--address", ADDRESS,
+        "--worker-address", TCP, "--workers", "2", stdout=asyncio.subprocess.PIPE)
+    try:
+        assert proc.stdout is not None
+        address = (await asyncio.wait_for(proc.stdout.readline(), 30)).decode().split()[-1]
+        key_file = (await asyncio.wait_for(proc.stdout.readline(), 30)).decode().split()[3]
+        async with EnvClient(address, key_file=key_file) as client:
+            await until(lambda: _live(client, 2), "two workers", limit=60)
+            stats = await client.stats()
+            key = read_key_file(key_file)
+            cfg = {"endpoint": stats["worker_endpoint"], "server_key": key.server_key,
+                   "pids": [proc.pid, *(w["pid"] for w in stats["workers"])],
+                   "ids": [w["id"] for w in stats["workers"]]}
+            imp = await asyncio.create_subprocess_exec(
+                sys.executable, str(IMPOSTOR), json.dumps(cfg), stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE)
+            assert imp.stdin is not None
+            await until(lambda: _refused_remote(client, 4), "refused handshakes", limit=60)
+            results = await client.run_group({"turns": 2, "tokens": 10}, 6)
+            imp.stdin.close()
+            out, _ = await asyncio.wait_for(imp.communicate(), 60)
+            report = json.loads(out)
+            after = await client.stats()
+        assert report["jobs"] == report["messages"] == 0
+        assert_genuine([r.episode for r in results])
+        assert after["bytes_forwarded"] == 0 and after["episodes_failed"] == 0
+        assert len(report["seen"]) == 6 and all(not v.startswith("<")
+                                                for v in report["seen"].values())
+        # Nothing secret on any command line or in any environment it read.
+        for v in report["seen"].values():
+            assert key.secret not in v and all(w["id"] not in v for w in stats["workers"])
+    finally:
+        if proc.returncode is None:
+            proc.terminate()
+            await asyncio.wait_for(proc.wait(), 30)
+
+
+async def _live(client: EnvClient, n: int) -> bool:
+    return int((await client.health())["workers_live"]) >= n
+
+
+async def _refused_remote(client: EnvClient, n: int) -> bool:
+    stats = await client.stats()
+    return int(stats["worker_handshakes_failed"]) + int(
+        stats["handshakes_denied"].get("workers", 0)) >= n

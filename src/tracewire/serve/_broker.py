@@ -562,5 +562,6 @@ class EnvServer:
             "worker_starts": self.workers.starts,
             "worker_deaths": self.workers.deaths,
             "workers": [w.row() for w in self.workers.all.values()],
+            "worker_endpoint": self.worker_endpoint,
             "handshakes_denied": self._guard.denied(),
         }
