@@ -382,8 +382,10 @@ class TokenUpstream(Upstream):
         if st is None:
             return None
         st.tip = BranchTip()  # a finished session's ids need not stay in memory
-        async with self._lock:
-            rep = await asyncio.to_thread(session_report, self.builder, trace, st.tools)
+        # Not under the planner's lock: a long branch's report must not hold up the turns
+        # of every other session (reports serialize among themselves in session_report).
+        rep = await asyncio.to_thread(session_report, self.builder, trace, st.tools,
+                                      tools_of=st.session.tools_of)
         tito = {**rep, "bridges": st.session.bridges,
                 "rerenders": dict(st.session.rerenders),
                 "rerender_turns": list(st.rerender_turns),
