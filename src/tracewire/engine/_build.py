@@ -188,16 +188,17 @@ def _step(name: str, argv: list[str], log: TextIO, *, progress: bool = False) ->
     assert proc.stdout is not None
     shown, last = -10, ""
     try:
-        for line in proc.stdout:
-            log.write(line)
-            if line.strip():
-                last = line.strip()
-            if progress and line.startswith("[") and "%]" in line[:7]:
-                with contextlib.suppress(ValueError):
-                    pct = int(line[1:line.index("%")])
-                    if pct >= shown + 10:
-                        shown = pct - pct % 10
-                        _say(f"building llama-server: {pct}%")
+        with proc.stdout:
+            for line in proc.stdout:
+                log.write(line)
+                if line.strip():
+                    last = line.strip()
+                if progress and line.startswith("[") and "%]" in line[:7]:
+                    with contextlib.suppress(ValueError):
+                        pct = int(line[1:line.index("%")])
+                        if pct >= shown + 10:
+                            shown = pct - pct % 10
+                            _say(f"building llama-server: {pct}%")
         code = proc.wait()
     except BaseException:
         with contextlib.suppress(ProcessLookupError):
