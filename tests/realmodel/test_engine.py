@@ -7,7 +7,6 @@ import json
 import signal
 import subprocess
 import sys
-import time
 import urllib.request
 from pathlib import Path
 
@@ -15,6 +14,8 @@ import aiohttp
 import pytest
 
 from tracewire.engine import EngineError, LlamaServer, bundled_model, find_llama_server
+
+from .relay import gone
 
 
 def _get(url: str) -> dict[str, object]:
@@ -31,20 +32,6 @@ def _refused(url: str) -> bool:
     return False
 
 
-def _gone(pid: int, within: float = 30.0) -> bool:
-    # Reaped (no /proc entry) or at least dead (a zombie waiting for its reaper).
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        try:
-            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except FileNotFoundError:
-            return True
-        if state == "Z":
-            return True
-        time.sleep(0.05)
-    return False
-
-
 def test_sync_server_slots_and_stop(llama_server_bin: Path, smollm_gguf: Path) -> None:
     server = LlamaServer(smollm_gguf, binary=llama_server_bin, parallel=2, ctx_size=4096)
     with server:
@@ -57,7 +44,7 @@ def test_sync_server_slots_and_stop(llama_server_bin: Path, smollm_gguf: Path) -
         assert server.process is not None
         pid, url = server.process.pid, server.url
     assert server.process is None
-    assert _gone(pid) and _refused(url)
+    assert gone(pid) and _refused(url)
 
 
 async def test_async_server_completes_and_stops(llama_server_bin: Path,
@@ -70,7 +57,7 @@ async def test_async_server_completes_and_stops(llama_server_bin: Path,
                                            "seed": 3, "return_tokens": True}) as resp:
             out = await resp.json()
         assert 0 < len(out["tokens"]) <= 4
-    assert _gone(pid) and _refused(url)
+    assert gone(pid) and _refused(url)
 
 
 def test_bad_model_is_one_line_with_the_servers_reason(llama_server_bin: Path,
@@ -110,7 +97,7 @@ def test_command_prints_url_and_model_and_leaves_no_orphan(sig: signal.Signals,
         assert Path(f"/proc/{kids[0]}/exe").resolve() == find_llama_server().resolve()
         proc.send_signal(sig)
         assert proc.wait(timeout=60) == 0
-        assert _gone(kids[0]) and _refused(url)
+        assert gone(kids[0]) and _refused(url)
     finally:
         if proc.poll() is None:
             proc.kill()
