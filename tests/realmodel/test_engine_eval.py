@@ -46,7 +46,7 @@ async def test_eval_on_the_engine_is_token_exact_on_the_wire(
     result = await evaluate(env, engine="llamacpp", n=n, concurrency=1, out=tmp_path / "run",
                             seed=7)
     assert result.status == "complete" and result.reason is None
-    assert result.run.meta["model"] == smollm_gguf.stem
+    assert result.run.meta["config"]["model"] == smollm_gguf.stem
     turns = completion_turns(read_log(log))
     assert turns, "nothing reached llama-server"
     at = 0

@@ -4,6 +4,7 @@ tracewire's codecs), and the checks of a recorded trace against it."""
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,16 +48,30 @@ def completion_turns(records: list[Record]) -> list[Turn]:
         lps: list[float] = []
         stop_type = ""
         for c in _chunks(r, stream):
-            probs = c.get("completion_probabilities") or []
+            probs = list(c.get("completion_probabilities") or [])
             toks = c.get("tokens") or []
-            assert [p["id"] for p in probs] == toks, "ids and their probabilities disagree"
             ids += toks
-            lps += [float(p["logprob"]) for p in probs]
+            # Entries follow the ids in order; llama-server gives none for a token that
+            # ends inside a multi-byte character (its logprob is then unknown: NaN).
+            for tid in toks:
+                if probs and probs[0]["id"] == tid:
+                    lps.append(_logprob(probs.pop(0)))
+                else:
+                    lps.append(math.nan)
+            assert not probs, "probability entries that match no sampled id"
             stop_type = c.get("stop_type") or stop_type
         prompt = req["prompt"]
         assert isinstance(prompt, list) and all(isinstance(i, int) for i in prompt)
         turns.append(Turn(prompt, ids, lps, stop_type, stream, req))
     return turns
+
+
+def _logprob(entry: dict[str, Any]) -> float:
+    # With post_sampling_probs the server reports the probability the token was drawn
+    # with; the logprob of it is what a trace must hold.
+    if "prob" in entry:
+        return math.log(float(entry["prob"]))
+    return float(entry["logprob"])
 
 
 def f32_bits(values: Any) -> list[int]:
