@@ -1,0 +1,93 @@
+"""The session API over the real engine: an unmodified openai SDK multi-turn loop (streamed
+and not) through a token-in/token-out proxy on llama-server — wired by the composition
+root exactly as ``eval --engine llamacpp`` wires it (the GGUF as tokenizer, upstream api
+``llamacpp``) — with the recording relay between the proxy and the server.
+
+The trainer's view must be the wire's: the session summary reports mismatch 0, and the
+samples the session API hands out decode to the ids sent and sampled, the loss mask on the
+sampled ids, and their logprobs bit for bit.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import openai
+import pytest
+
+from tracewire.compose import make_upstream
+from tracewire.proxy import Proxy, ProxyConfig
+from tracewire.sessions import SessionClient
+
+from .conftest import LlamaServerProc
+from .relay import Relay
+from .test_engine_eval import LengthCutCloseCounted
+from .wire import check_against_wire, completion_turns, f32_bits
+
+QUESTIONS = ["What is the capital of France?", "And of Italy?", "Which one is bigger?",
+             "Say it in one word."]
+
+
+async def _loop(base_url: str, key: str, stream: bool, seed: int) -> list[dict[str, str]]:
+    sdk = openai.AsyncOpenAI(base_url=base_url, api_key=key, max_retries=0)
+    messages: list[dict[str, str]] = [{"role": "system", "content": "Answer briefly."}]
+    try:
+        for q in QUESTIONS:
+            messages.append({"role": "user", "content": q})
+            if stream:
+                parts = []
+                async for chunk in await sdk.chat.completions.create(
+                        model="m", messages=messages, max_tokens=64, seed=seed,
+                        temperature=0.9, stream=True):
+                    if chunk.choices and chunk.choices[0].delta.content:
+                        parts.append(chunk.choices[0].delta.content)
+                text = "".join(parts)
+            else:
+                resp = await sdk.chat.completions.create(
+                    model="m", messages=messages, max_tokens=64, seed=seed,
+                    temperature=0.9)
+                text = resp.choices[0].message.content or ""
+            messages.append({"role": "assistant", "content": text})
+    finally:
+        await sdk.close()
+    return messages
+
+
+@pytest.mark.xfail(raises=LengthCutCloseCounted, strict=False,
+                   reason="the mismatch report counts the missing close of a length-cut last "
+                          "turn; only that failure is expected, any other one fails")
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "streamed"])
+async def test_session_samples_are_the_wire(stream: bool, llama_server: LlamaServerProc,
+                                            smollm_gguf: Path) -> None:
+    async with Relay(llama_server.url) as relay:
+        config = ProxyConfig(tokenizer=str(smollm_gguf), upstream_api="llamacpp")
+        async with Proxy(make_upstream(relay.url + "/v1", config, model="smollm"),
+                         config=config) as proxy, \
+                SessionClient(proxy.url, token=proxy.session_token) as client:
+            info = await client.create()
+            await _loop(info.base_url, info.api_key, stream, seed=11 if stream else 12)
+            summary = await client.get(info.session_id)
+            samples = await client.samples(info.session_id)
+            trace = proxy.registry.get(info.session_id).trace
+            turns = completion_turns(relay.records)
+    assert len(turns) == len(QUESTIONS)
+    assert {t.stream for t in turns} == {stream}
+    assert check_against_wire(trace, turns) == 0  # one conversation, no re-render
+    assert len(samples) == 1
+    sample, last = samples[0], turns[-1]
+    assert sample.tokens.tolist() == last.prompt + last.ids
+    want_mask = np.zeros(len(sample.tokens), dtype=np.uint8)
+    want_lp: list[float] = []
+    for t in turns:
+        want_mask[len(t.prompt):len(t.prompt) + len(t.ids)] = 1
+        want_lp += t.logprobs
+    assert sample.loss_mask.tolist() == want_mask.tolist()
+    assert sample.logprobs is not None
+    assert f32_bits(sample.logprobs[want_mask == 1]) == f32_bits(want_lp)
+    assert not any(math.isnan(x) for x in sample.logprobs[want_mask == 0].tolist())
+    if summary["tito_mismatch"] and turns[-1].stop_type == "limit" and \
+            summary["tito"]["by_kind"] == {"special": 1}:
+        raise LengthCutCloseCounted(summary["tito"])
+    assert summary["tito_mismatch"] == 0, summary["tito"]
