@@ -10,7 +10,6 @@ sampled ids, and their logprobs bit for bit.
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 import numpy as np
@@ -39,14 +38,14 @@ async def _loop(base_url: str, key: str, stream: bool, seed: int) -> list[dict[s
             if stream:
                 parts = []
                 async for chunk in await sdk.chat.completions.create(
-                        model="m", messages=messages, max_tokens=64, seed=seed,
+                        model="m", messages=messages, max_tokens=96, seed=seed,
                         temperature=0.9, stream=True):
                     if chunk.choices and chunk.choices[0].delta.content:
                         parts.append(chunk.choices[0].delta.content)
                 text = "".join(parts)
             else:
                 resp = await sdk.chat.completions.create(
-                    model="m", messages=messages, max_tokens=64, seed=seed,
+                    model="m", messages=messages, max_tokens=96, seed=seed,
                     temperature=0.9)
                 text = resp.choices[0].message.content or ""
             messages.append({"role": "assistant", "content": text})
@@ -75,18 +74,32 @@ async def test_session_samples_are_the_wire(stream: bool, llama_server: LlamaSer
     assert len(turns) == len(QUESTIONS)
     assert {t.stream for t in turns} == {stream}
     assert check_against_wire(trace, turns) == 0  # one conversation, no re-render
-    assert len(samples) == 1
-    sample, last = samples[0], turns[-1]
-    assert sample.tokens.tolist() == last.prompt + last.ids
-    want_mask = np.zeros(len(sample.tokens), dtype=np.uint8)
-    want_lp: list[float] = []
+    # The whole conversation on the wire, with the sampled positions and their logprobs.
+    last = turns[-1]
+    full = last.prompt + last.ids
+    want_mask = np.zeros(len(full), dtype=np.uint8)
+    want_lp = np.zeros(len(full), dtype=np.float32)
     for t in turns:
         want_mask[len(t.prompt):len(t.prompt) + len(t.ids)] = 1
-        want_lp += t.logprobs
-    assert sample.loss_mask.tolist() == want_mask.tolist()
+        want_lp[len(t.prompt):len(t.prompt) + len(t.ids)] = t.logprobs
+    # One sample per branch; the sample builder ends it at a length-cut turn (status
+    # truncated). Whatever it keeps is the wire, bit for bit.
+    assert len(samples) == 1
+    sample = samples[0]
+    n = len(sample.tokens)
+    assert sample.tokens.tolist() == full[:n]
+    assert sample.loss_mask.tolist() == want_mask[:n].tolist()
     assert sample.logprobs is not None
-    assert f32_bits(sample.logprobs[want_mask == 1]) == f32_bits(want_lp)
-    assert not any(math.isnan(x) for x in sample.logprobs[want_mask == 0].tolist())
+    on = want_mask[:n] == 1
+    assert f32_bits(sample.logprobs[on]) == f32_bits(want_lp[:n][on])
+    assert not np.isnan(sample.logprobs[~on]).any()
+    cut = [k for k, t in enumerate(turns) if t.stop_type == "limit"]
+    if cut:
+        assert sample.status == "truncated"
+        first = turns[cut[0]]
+        assert n == len(first.prompt) + len(first.ids)
+    else:
+        assert sample.status == "completed" and n == len(full)
     if summary["tito_mismatch"] and turns[-1].stop_type == "limit" and \
             summary["tito"]["by_kind"] == {"special": 1}:
         raise LengthCutCloseCounted(summary["tito"])
