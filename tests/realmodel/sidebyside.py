@@ -97,8 +97,8 @@ async def _post(http: aiohttp.ClientSession, url: str, body: dict[str, Any]) -> 
         return await resp.json()
 
 
-def _differing_tokens(a: list[int], b: list[int]) -> int:
-    # Tokens outside the common prefix and suffix (a cheap, honest upper bound).
+def differing_tokens(a: list[int], b: list[int]) -> int:
+    """Tokens outside the common prefix and suffix of ``a`` and ``b`` (the longer side)."""
     i = 0
     while i < min(len(a), len(b)) and a[i] == b[i]:
         i += 1
@@ -135,7 +135,7 @@ async def retokenize(server: str, turns: list[ChatTurn]) -> Tally:
                 back = (await _post(http, server + "/detokenize", {"tokens": sampled}))
                 if back["content"] != t.text:
                     tally.text_changed += 1
-                tally.tokens_differ += _differing_tokens(sampled, again)
+                tally.tokens_differ += differing_tokens(sampled, again)
                 if len(tally.examples) < 5:
                     tally.examples.append((t.text, sampled, again))
     return tally
