@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the lane's relay and parser
 from tests.realmodel.relay import read_log, wrapper_script
 from tests.realmodel.sidebyside import Tally, chat_side, differing_tokens
-from tests.realmodel.wire import answer_calls, completion_turns
+from tests.realmodel.wire import answer_calls, check_against_wire, completion_turns
 
 from _common import emit
 from tracewire.compose import evaluate
@@ -54,23 +54,28 @@ async def _ours(env: str, n: int | None, tmp: Path, seed: int) -> tuple[int, int
     finally:
         del os.environ["TRACEWIRE_LLAMA_SERVER"]
     turns = completion_turns(read_log(log))
-    at = turns_n = differ = tokens = tokens_differ = 0
+    turns_n = differ = tokens = tokens_differ = refused = 0
+    at = 0
     for ep in result.run.episodes():
         for trace in ep.traces:
-            for k in answer_calls(trace):
-                turn = turns[at]
-                at += 1
-                call = trace.calls[k]
-                assert call.node is not None
-                node = trace.nodes[call.node]
+            # The lane's check (it raises on any difference); then the per-turn tally.
+            got = check_against_wire(trace, turns, at)
+            mine = [t for t in turns[at:got.at] if not t.refused]
+            refused += len(got.errors)
+            at = got.at
+            for k, turn in zip(answer_calls(trace), mine, strict=True):
+                node = trace.nodes[trace.calls[k].node or 0]
                 if node.message.tool_calls:  # not a tokenization question here either
                     continue
-                got = trace.tokens.ids[node.start:node.end].tolist()
+                got_ids = trace.tokens.ids[node.start:node.end].tolist()
                 turns_n += 1
                 tokens += len(turn.ids)
-                if got != turn.ids:
+                if got_ids != turn.ids:
                     differ += 1
-                    tokens_differ += differing_tokens(got, turn.ids)
+                    tokens_differ += differing_tokens(got_ids, turn.ids)
+    if refused:
+        print(f"  {refused} streamed answers refused (ids withheld by the server)",
+              file=sys.stderr)
     return turns_n, differ, tokens, tokens_differ
 
 

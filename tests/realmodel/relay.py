@@ -42,6 +42,8 @@ class Record:
     request: bytes
     status: int
     response: bytes
+    #: False when the client hung up before the whole answer was relayed.
+    delivered: bool = True
 
 
 class Relay:
@@ -93,13 +95,21 @@ class Relay:
             "Content-Type": up.headers.get("Content-Type", "application/json")})
         await out.prepare(request)
         got = bytearray()
+        delivered = True
         async with up:
             async for chunk in up.content.iter_any():
                 got += chunk
-                await out.write(chunk)
-        await out.write_eof()
+                if delivered:
+                    try:
+                        await out.write(chunk)
+                    except (ConnectionError, aiohttp.ClientConnectionResetError):
+                        # The client hung up (the proxy refused a reply mid-stream): the
+                        # rest is still read, so the record is the server's whole answer.
+                        delivered = False
         if request.path != "/health":
-            self._keep(Record(request.path, body, up.status, bytes(got)))
+            self._keep(Record(request.path, body, up.status, bytes(got), delivered))
+        if delivered:
+            await out.write_eof()
         return out
 
     def _keep(self, record: Record) -> None:
@@ -107,7 +117,8 @@ class Relay:
         if self.log is not None:
             line = json.dumps({"path": record.path, "status": record.status,
                                "request": record.request.decode(),
-                               "response": record.response.decode()})
+                               "response": record.response.decode(),
+                               "delivered": record.delivered})
             with self.log.open("a") as f:
                 f.write(line + "\n")
 
@@ -120,7 +131,7 @@ def read_log(path: Path) -> list[Record]:
     for line in path.read_text().splitlines():
         d = json.loads(line)
         out.append(Record(d["path"], d["request"].encode(), d["status"],
-                          d["response"].encode()))
+                          d["response"].encode(), d["delivered"]))
     return out
 
 

@@ -26,6 +26,16 @@ class Turn:
     stop_type: str
     stream: bool
     request: dict[str, Any]
+    #: Whether the client got the whole answer (False: it hung up, refusing the reply).
+    delivered: bool = True
+    #: Ids the server sampled but never sent (streamed: a token ending inside a multi-byte
+    #: character is held back and its id never appears; ``tokens_predicted`` counts it).
+    withheld: int = 0
+
+    @property
+    def refused(self) -> bool:
+        """The proxy could not record this answer (and said so to its client)."""
+        return not self.delivered or self.withheld > 0
 
 
 def _chunks(record: Record, stream: bool) -> list[dict[str, Any]]:
@@ -47,7 +57,9 @@ def completion_turns(records: list[Record]) -> list[Turn]:
         ids: list[int] = []
         lps: list[float] = []
         stop_type = ""
+        predicted = 0
         for c in _chunks(r, stream):
+            predicted = max(predicted, int(c.get("tokens_predicted") or 0))
             probs = list(c.get("completion_probabilities") or [])
             toks = c.get("tokens") or []
             ids += toks
@@ -62,7 +74,8 @@ def completion_turns(records: list[Record]) -> list[Turn]:
             stop_type = c.get("stop_type") or stop_type
         prompt = req["prompt"]
         assert isinstance(prompt, list) and all(isinstance(i, int) for i in prompt)
-        turns.append(Turn(prompt, ids, lps, stop_type, stream, req))
+        turns.append(Turn(prompt, ids, lps, stop_type, stream, req, r.delivered,
+                          max(0, predicted - len(ids)) if stream else 0))
     return turns
 
 
@@ -85,24 +98,51 @@ def answer_calls(trace: Trace) -> list[int]:
     return [k for k, c in enumerate(trace.calls) if c.error is None and c.node is not None]
 
 
-def check_against_wire(trace: Trace, turns: list[Turn]) -> int:
-    """Every call of ``trace`` is exactly one turn on the wire: its branch is the prompt ids
-    sent plus the ids sampled, with their logprobs bit for bit and the loss mask on them;
-    each prompt extends the previous prompt + sampled ids unless the proxy re-rendered.
-    Returns the number of prompts that did not extend (re-renders)."""
-    calls = answer_calls(trace)
-    assert len(calls) == len(turns), (len(calls), len(turns))
+@dataclass
+class Checked:
+    """What :func:`check_against_wire` found: where the next trace's turns start, the
+    prompts that did not extend the previous one, the failed calls' errors."""
+
+    at: int
+    rerenders: int
+    errors: list[str]
+
+
+def check_against_wire(trace: Trace, turns: list[Turn], at: int = 0) -> Checked:
+    """Every answered call of ``trace`` is exactly one exchange on the wire (from ``turns[at]``
+    on, in order): its branch is the prompt ids sent plus the ids sampled, with their
+    logprobs bit for bit and the loss mask on them; each prompt extends the previous
+    prompt + sampled ids unless the proxy re-rendered. A failed call may own one exchange
+    only if that answer was refused on the wire (the client hung up, or ids were withheld);
+    no other exchange goes unaccounted for."""
     rerenders = 0
-    chain = 0  # the first turn since the last re-render: later prompts extend it
-    for n, (k, turn) in enumerate(zip(calls, turns, strict=True)):
-        if n:
-            prev = turns[n - 1]
-            head = prev.prompt + prev.ids
+    errors: list[str] = []
+    done: list[Turn] = []  # the answered calls' turns, in order
+    chain = 0  # index in ``done`` of the first turn since the last re-render
+    failed = 0  # failed calls since the last answered one
+
+    def skip_refused(limit: int) -> None:
+        nonlocal at
+        while limit and at < len(turns) and turns[at].refused:
+            at, limit = at + 1, limit - 1
+
+    for k, call in enumerate(trace.calls):
+        if call.error is not None or call.node is None:
+            errors.append(call.error or "no answer node")
+            failed += 1
+            continue
+        skip_refused(failed)
+        failed = 0
+        assert at < len(turns), f"call {k} has no exchange on the wire"
+        turn = turns[at]
+        at += 1
+        assert not turn.refused, f"call {k} was recorded from a refused answer"
+        if done:
+            head = done[-1].prompt + done[-1].ids
             if turn.prompt[:len(head)] != head:
                 rerenders += 1
-                chain = n
-        call = trace.calls[k]
-        assert call.node is not None
+                chain = len(done)
+        done.append(turn)
         br = trace.branch(call.node)
         ids = br.ids.tolist()
         m = len(turn.ids)
@@ -111,8 +151,9 @@ def check_against_wire(trace: Trace, turns: list[Turn]) -> int:
         assert f32_bits(br.logprobs[-m:]) == f32_bits(turn.logprobs), f"call {k}: logprobs"
         # The loss mask is on the model's sampled ids of this chain of turns, nowhere else.
         want = np.zeros(len(ids), dtype=np.uint8)
-        for t in turns[chain:n + 1]:
+        for t in done[chain:]:
             want[len(t.prompt):len(t.prompt) + len(t.ids)] = 1
-        since = len(turns[chain].prompt) if chain else 0
+        since = len(done[chain].prompt) if chain else 0
         assert br.mask[since:].tolist() == want[since:].tolist(), f"call {k}: mask"
-    return rerenders
+    skip_refused(failed)
+    return Checked(at, rerenders, errors)
