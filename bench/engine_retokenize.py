@@ -13,7 +13,8 @@ and an openai SDK multi-turn loop (streamed and not), the same tasks and seeds b
   the reply's text gives other ids than the ones sampled (the relay asks for the ids with
   ``logprobs``), i.e. the server's next prompt holds ids the model never produced.
 
-Both sides sample untruncated (top_k/top_p/min_p neutral) at the environments' settings.
+Both sides sample untruncated (top_k/top_p/min_p neutral) at ``--temperature`` (default
+1.0; the SDK loop sets its own 1.0) with the environments' other settings.
 Tool-call replies (re-serialized by the server) are not counted on either side.
 """
 
@@ -44,13 +45,14 @@ CASES = [("arithmetic", "arithmetic", 20), ("guess", "guess", 6), ("tools", "too
          ("command", "command", 20), ("sdk_loop", SDK_LOOP, None)]
 
 
-async def _ours(env: str, n: int | None, tmp: Path, seed: int) -> tuple[int, int, int, int]:
+async def _ours(env: str, n: int | None, tmp: Path, seed: int, temperature: float
+                ) -> tuple[int, int, int, int]:
     """(turns, turns whose recorded ids differ from the sampled ones, tokens, differing)."""
     log = tmp / "wire.jsonl"
     os.environ["TRACEWIRE_LLAMA_SERVER"] = str(wrapper_script(tmp, REAL, log))
     try:
         result = await evaluate(env, engine="llamacpp", n=n, concurrency=1, out=tmp / "run",
-                                seed=seed)
+                                seed=seed, temperature=temperature)
     finally:
         del os.environ["TRACEWIRE_LLAMA_SERVER"]
     turns = completion_turns(read_log(log))
@@ -79,7 +81,7 @@ async def _ours(env: str, n: int | None, tmp: Path, seed: int) -> tuple[int, int
     return turns_n, differ, tokens, tokens_differ
 
 
-async def main(scale: float) -> None:
+async def main(scale: float, temperature: float) -> None:
     total_ours = [0, 0, 0, 0]
     total = Tally()
     with tempfile.TemporaryDirectory() as tmp_s:
@@ -87,9 +89,10 @@ async def main(scale: float) -> None:
         async with LlamaServer(threads=1, parallel=1) as server:
             for case, env, n in CASES:
                 tasks = None if n is None else max(1, round(n * scale))
-                chat = await chat_side(env, tasks, server.url, tmp / f"chat-{case}", seed=7)
+                chat = await chat_side(env, tasks, server.url, tmp / f"chat-{case}", seed=7,
+                                       temperature=temperature)
                 (tmp / case).mkdir()
-                ours = await _ours(env, tasks, tmp / case, seed=7)
+                ours = await _ours(env, tasks, tmp / case, seed=7, temperature=temperature)
                 total.add(chat)
                 total_ours = [a + b for a, b in zip(total_ours, ours, strict=True)]
                 _report(case, ours, chat)
@@ -114,4 +117,7 @@ def _report(case: str, ours: tuple[int, int, int, int], chat: Tally) -> None:
 if __name__ == "__main__":
     ap = argparse.ArgumentParser()
     ap.add_argument("--scale", type=float, default=1.0, help="tasks per env x this")
-    asyncio.run(main(ap.parse_args().scale))
+    ap.add_argument("--temperature", type=float, default=1.0,
+                    help="sampling temperature on both sides (default: 1.0)")
+    args = ap.parse_args()
+    asyncio.run(main(args.scale, args.temperature))

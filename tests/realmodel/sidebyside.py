@@ -141,12 +141,13 @@ async def retokenize(server: str, turns: list[ChatTurn]) -> Tally:
     return tally
 
 
-async def chat_side(env: str, n: int | None, server: str, out: Path, *, seed: int) -> Tally:
+async def chat_side(env: str, n: int | None, server: str, out: Path, *, seed: int,
+                    temperature: float | None = None) -> Tally:
     """Run ``env`` through the chat pass-through proxy on ``server``'s own chat endpoint
     (with the relay between them) and tally its replies' re-tokenization."""
     async with Relay(server, rewrite=chat_rewrite) as relay:
         result = await evaluate(env, base_url=relay.url + "/v1", model="smollm", n=n,
-                                concurrency=1, out=out, seed=seed)
+                                concurrency=1, out=out, seed=seed, temperature=temperature)
         assert result.status == "complete" and result.reason is None
         turns = chat_turns(relay.records)
     assert turns, "nothing reached the chat endpoint"
