@@ -104,10 +104,27 @@ def _upstream_main(q: Any) -> None:
     asyncio.run(main())
 
 
-def _proxy_main(upstream: str, n: int, q: Any) -> None:
+def _serve_clock(conn: Any) -> None:
+    """Answer each message on ``conn`` with this process's CPU seconds so far (a thread that
+    sleeps in recv between questions; /proc's 10 ms ticks are too coarse for one turn)."""
+    import threading
+
+    def run() -> None:
+        while True:
+            try:
+                conn.recv()
+            except EOFError:
+                return
+            conn.send(time.process_time())
+
+    threading.Thread(target=run, daemon=True).start()
+
+
+def _proxy_main(upstream: str, n: int, q: Any, clock: Any) -> None:
     from tracewire.proxy import Proxy
 
     gc.freeze()  # this process stands for `tracewire proxy`, which freezes after imports
+    _serve_clock(clock)
 
     async def main() -> None:
         async with Proxy(upstream, session_api=False) as p:
@@ -117,11 +134,12 @@ def _proxy_main(upstream: str, n: int, q: Any) -> None:
     asyncio.run(main())
 
 
-def _floor_main(upstream: str, q: Any) -> None:
+def _floor_main(upstream: str, q: Any, clock: Any) -> None:
     """The floor: a bare aiohttp pass-through (same server and client stack as the proxy,
     nothing parsed, added or recorded). What any aiohttp-based proxy pays per turn."""
     _tune()  # as the proxy does (ProxyConfig.tune_memory), so the floor is a floor
     gc.freeze()
+    _serve_clock(clock)
 
     async def main() -> None:
         client = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
@@ -188,11 +206,15 @@ async def _load(targets: list[tuple[str, str]], rate: float, seconds: float,
     return lat
 
 
-async def _one_session(url: str, secret: str, upstream: str, turns: int,
-                       token_fields: bool = True) -> dict[int, float]:
+async def _one_session(url: str, secret: str, upstream: str, turns: int, clock: Any,
+                       token_fields: bool = True) -> tuple[dict[int, float], dict[int, float]]:
     """Per turn of one long conversation through ``url``: its latency minus the best of two
-    direct calls made right after (asking for token ids as the proxy does, or not)."""
+    direct calls made right after (asking for token ids as the proxy does, or not), and the
+    CPU ms the measured process spent from this turn's request to the next one's (so the
+    turn's commit, which runs after its answer, is counted)."""
     cost: dict[int, float] = {}
+    cpu: dict[int, float] = {}
+    last = _clock(clock)
     msgs: list[dict[str, Any]] = [{"role": "system", "content": "bench " * 20}]
     up = upstream + "/chat/completions"
     async with aiohttp.ClientSession() as c:
@@ -204,40 +226,39 @@ async def _one_session(url: str, secret: str, upstream: str, turns: int,
                                        ) if token_fields else body
             prox = await _post(c, url + "/chat/completions", body, secret)
             cost[k] = prox - min([await _post(c, up, direct_body, "x") for _ in range(2)])
+            now = _clock(clock)
+            cpu[k], last = (now - last) * 1000, now
             msgs.append({"role": "assistant", "content": f"ok {len(msgs)}"})
-    return cost
+    return cost, cpu
 
 
-def _cpu_s(pid: int) -> float | None:
-    """User+system CPU seconds of a process (Linux /proc; None elsewhere)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+def _clock(conn: Any) -> float:
+    conn.send(None)
+    return float(conn.recv())
 
 
-def _line(case: str, metric: str, ours: float, runs: int, baseline: float | None = None
-          ) -> None:
-    print(json.dumps({"bench": "proxy", "case": case, "metric": metric, "unit": "ms",
+def _line(case: str, metric: str, ours: float, runs: int, baseline: float | None = None,
+          unit: str = "ms") -> None:
+    print(json.dumps({"bench": "proxy", "case": case, "metric": metric, "unit": unit,
                       "ours": round(ours, 3), "baseline": baseline,
                       "ratio": None if baseline is None else round(baseline / ours, 2),
                       "better": "lower", "runs": runs}), flush=True)
 
 
 async def _measure(upstream: str, floor: str, sessions: list[tuple[str, str]],
-                   seconds: float, proxy_pid: int) -> None:
+                   seconds: float, pclock: Any, fclock: Any) -> None:
     direct_targets = [(upstream, "x")] * 64
     floor_targets = [(floor, "x")] * 64
     await _load(direct_targets, 500, 1.0, True)  # warm up
     await _load(sessions[:64], 500, 1.0, False)
     await _load(floor_targets, 500, 1.0, False)
     d_lat = await _load(direct_targets, 500, seconds, True)
-    c0 = _cpu_s(proxy_pid)
+    c0 = _clock(pclock)
     p_lat = await _load(sessions[:64], 500, seconds, False)
-    c1 = _cpu_s(proxy_pid)
+    c1 = _clock(pclock)
+    f0 = _clock(fclock)
     f_lat = await _load(floor_targets, 500, seconds, False)
+    f1 = _clock(fclock)
     fd_lat = await _load(direct_targets, 500, seconds, False)
     n = min(len(d_lat), len(p_lat))
     _line("overhead_64_sessions", "overhead_p50_ms",
@@ -247,22 +268,41 @@ async def _measure(upstream: str, floor: str, sessions: list[tuple[str, str]],
     _line("overhead_64_sessions", "proxied_p50_ms", statistics.median(p_lat), n)
     _line("overhead_64_sessions", "direct_p99_ms", _pct(d_lat, 0.99), n)
     _line("overhead_64_sessions", "proxied_p99_ms", _pct(p_lat, 0.99), n)
-    if c0 is not None and c1 is not None:
-        # CPU the proxy process spent per turn: robust to other load on the machine,
-        # and 1000 / this is the turns/s one proxy process can sustain.
-        _line("overhead_64_sessions", "proxy_cpu_per_turn_ms", (c1 - c0) * 1000 / len(p_lat),
-              len(p_lat))
+    # CPU the proxy process spent per turn: robust to other load on the machine, and
+    # 1000 / this is the turns/s one proxy process can sustain. The floor's, same load.
+    p_cpu = (c1 - c0) * 1000 / len(p_lat)
+    f_cpu = (f1 - f0) * 1000 / len(f_lat)
+    _line("overhead_64_sessions", "proxy_cpu_per_turn_ms", p_cpu, len(p_lat))
+    _line("floor_64_sessions", "cpu_per_turn_ms", f_cpu, len(f_lat))
+    _line("vs_floor_64_sessions", "cpu_per_turn_x", p_cpu / f_cpu, len(p_lat), unit="x")
     n = min(len(f_lat), len(fd_lat))
     _line("floor_64_sessions", "overhead_p50_ms",
           statistics.median(f_lat) - statistics.median(fd_lat), n)
     _line("floor_64_sessions", "overhead_p99_ms", _pct(f_lat, 0.99) - _pct(fd_lat, 0.99), n)
     url, secret = sessions[64]
-    cost = await _one_session(url, secret, upstream, 1000)
+    cost, cpu = await _one_session(url, secret, upstream, 1000, pclock)
     # The floor relays what the harness asked for, so its direct twin asks for no token ids.
-    floor_cost = await _one_session(floor, "x", upstream, 1000, token_fields=False)
-    for case, c in (("one_session", cost), ("floor_one_session", floor_cost)):
-        _line(case, "turn_10_ms", statistics.median(c[k] for k in _EARLY), len(_EARLY))
-        _line(case, "turn_1000_ms", statistics.median(c[k] for k in _LATE), len(_LATE))
+    floor_cost, floor_cpu = await _one_session(floor, "x", upstream, 1000, fclock,
+                                               token_fields=False)
+    med: dict[tuple[str, str], float] = {}
+    for case, c, u in (("one_session", cost, cpu), ("floor_one_session", floor_cost, floor_cpu)):
+        for name, window in (("turn_10", _EARLY), ("turn_1000", _LATE)):
+            med[case, name] = statistics.median(c[k] for k in window)
+            _line(case, f"{name}_ms", med[case, name], len(window))
+            med[case, name + "_cpu"] = statistics.median(u[k] for k in window)
+            _line(case, f"{name}_cpu_ms", med[case, name + "_cpu"], len(window))
+    for name in ("turn_10", "turn_1000"):
+        _line("vs_floor_one_session", f"{name}_cpu_x", med["one_session", name + "_cpu"]
+              / med["floor_one_session", name + "_cpu"], len(_EARLY), unit="x")
+    # How the proxy's cost grows from turn 10 to turn 1,000, relative to the floor's growth.
+    _line("vs_floor_one_session", "growth_x",
+          (med["one_session", "turn_1000"] / med["one_session", "turn_10"])
+          / (med["floor_one_session", "turn_1000"] / med["floor_one_session", "turn_10"]),
+          len(_LATE), unit="x")
+    _line("vs_floor_one_session", "cpu_growth_x",
+          (med["one_session", "turn_1000_cpu"] / med["one_session", "turn_10_cpu"])
+          / (med["floor_one_session", "turn_1000_cpu"] / med["floor_one_session", "turn_10_cpu"]),
+          len(_LATE), unit="x")
 
 
 #: The turns whose median cost stands for "turn 10" and "turn 1,000" (20 each: one turn's
@@ -285,18 +325,20 @@ async def _run(seconds: float, shared: bool, pin: bool) -> None:
             upstream = await loop.run_in_executor(None, q.get, True, 60)
         else:
             runner, upstream = await _start_upstream()
-        fl = ctx.Process(target=_floor_main, args=(upstream, q), daemon=True)
+        pclock, pclock_child = ctx.Pipe()
+        fclock, fclock_child = ctx.Pipe()
+        fl = ctx.Process(target=_floor_main, args=(upstream, q, fclock_child), daemon=True)
         fl.start()
         procs.append(fl)
         floor = await loop.run_in_executor(None, q.get, True, 60)
-        px = ctx.Process(target=_proxy_main, args=(upstream, 65, q), daemon=True)
+        px = ctx.Process(target=_proxy_main, args=(upstream, 65, q, pclock_child), daemon=True)
         px.start()
         procs.append(px)
         if pin:
             # The floor takes the proxy's core too: it is measured in its place.
             _pin([px.pid or 0, fl.pid or 0], [p.pid or 0 for p in procs if p not in (px, fl)])
         sessions = await loop.run_in_executor(None, q.get, True, 60)
-        await _measure(upstream, floor, sessions, seconds, px.pid or 0)
+        await _measure(upstream, floor, sessions, seconds, pclock, fclock)
     finally:
         for p in procs:
             p.terminate()

@@ -2,16 +2,19 @@
 
 Each task puts a small Python module and its test into the agent's workdir; Claude Code
 runs headless with ``--max-turns 2`` against its proxy session (the only endpoint it can
-reach inside ``bwrap``); the reward runs the task's test inside the same sandbox.
+reach inside ``bwrap``); the reward runs the task's test inside the same sandbox. Three
+variants, by the tools Claude Code offers the model:
 
-    tracewire eval examples/claude_code_env.py -n 2                  # bwrap (its choice)
-    tracewire eval examples/claude_code_env.py -n 2 --runtime local  # host (unsafe)
-    python examples/claude_code_env.py --max-model-len 32768         # and print a summary
+    tracewire eval examples/claude_code_env.py -n 1 --max-model-len 131072   # its defaults
+    tracewire eval examples/claude_code_env.py:restricted -n 1 --max-model-len 32768
+    tracewire eval examples/claude_code_env.py:no_tools -n 2                  # fits 8,192
+    python examples/claude_code_env.py --tools Read,Edit,Bash --max-model-len 32768
 
 Installing Claude Code is up to you (``npm install -g @anthropic-ai/claude-code``). The
 built-in model is a tiny n-gram model: it will not fix the bug (reward 0), but every turn
-is recorded token for token. Its prompt needs more than the built-in model's default
-8,192-token context once tools are offered; pass ``--max-model-len`` where supported.
+is recorded token for token. Claude Code's system prompt is ~62k tokens with its default
+tools, ~9k with Read/Edit/Bash and ~5k with none; the built-in model's context is 8,192
+tokens unless ``--max-model-len`` raises it.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from tracewire.env import CommandHarness, Environment, Task, runtime_of
 from tracewire.runtime import claude_code
 from tracewire.trace import Trace
 
-#: Claude Code's built-in tools offered to the model (``[]``: none, the smallest prompt).
+#: The restricted set of Claude Code's built-in tools (``restricted()``).
 TOOLS = ["Read", "Edit", "Bash"]
 
 TASKS: list[dict[str, Any]] = [
@@ -66,15 +69,26 @@ def mismatches(task: Task, trace: Trace) -> float:
 
 
 def load_environment(runtime: str = "bwrap", tools: list[str] | None = None) -> Environment:
-    """The example environment; ``runtime`` is its own choice (``--runtime`` overrides)."""
-    offered = TOOLS if tools is None else tools
+    """The example environment; ``tools`` are the built-in tools Claude Code offers (None:
+    its own defaults, ``[]``: none); ``runtime`` is its own choice (``--runtime``
+    overrides)."""
     harness = CommandHarness.from_preset(
-        lambda task: claude_code(prompt(task), max_turns=2, tools=offered,
+        lambda task: claude_code(prompt(task), max_turns=2, tools=tools,
                                  max_output_tokens=512),
         files=lambda task: task["files"], runtime=runtime)
     return Environment("claude_code", tasks=TASKS, harness=harness, rewards=[tests_pass],
                        metrics=[turns, mismatches],
                        description="Claude Code fixes a one-line bug (sandboxed).")
+
+
+def restricted() -> Environment:
+    """Claude Code offering only Read, Edit and Bash (a ~9k-token system prompt)."""
+    return load_environment(tools=TOOLS)
+
+
+def no_tools() -> Environment:
+    """Claude Code offering no tools (a ~5k-token prompt: fits the default context)."""
+    return load_environment(tools=[])
 
 
 async def main() -> None:
@@ -84,10 +98,12 @@ async def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runtime", default="bwrap", choices=("local", "bwrap", "docker"))
     ap.add_argument("--max-model-len", type=int, default=None)
-    ap.add_argument("--no-tools", action="store_true", help="offer Claude Code no tools")
+    ap.add_argument("--tools", default=None,
+                    help="comma-separated built-in tools ('' for none; default: its own)")
     ap.add_argument("-n", type=int, default=None)
     args = ap.parse_args()
-    env = load_environment(args.runtime, [] if args.no_tools else None)
+    tools = None if args.tools is None else [t for t in args.tools.split(",") if t]
+    env = load_environment(args.runtime, tools)
     result = await evaluate(env, n=args.n, max_model_len=args.max_model_len, concurrency=1)
     for ep in result.run:
         for tr in ep.traces:

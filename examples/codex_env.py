@@ -5,13 +5,15 @@ non-interactively with a custom Responses provider whose base URL is its proxy s
 (the only endpoint it can reach inside ``bwrap``); the reward runs the task's test inside
 the same sandbox.
 
-    tracewire eval examples/codex_env.py -n 2 --max-model-len 32768
-    python examples/codex_env.py --max-model-len 32768 --runtime local   # host (unsafe)
+    tracewire eval examples/codex_env.py -n 2 --max-model-len 65536
+    python examples/codex_env.py -n 1 --max-model-len 65536   # and print what it recorded
 
 Installing the Codex CLI is up to you (``npm install -g @openai/codex``). The built-in
 model is a tiny n-gram model: it will not fix the bug (reward 0), but every turn is
 recorded token for token. Codex's own prompt is ~22k tokens, beyond the built-in model's
-default 8,192-token context: pass ``--max-model-len`` (a build with a configurable context).
+default 8,192-token context: pass ``--max-model-len``. Its hosted ``web_search`` tool and
+its ``multi_agent_v1`` namespace cannot be forwarded to a chat-completions model; the
+trace records them (``trace.info["tools_not_forwarded"]``).
 """
 
 from __future__ import annotations

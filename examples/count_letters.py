@@ -1,6 +1,10 @@
 """Example environment for the README tour: count the letters of a word, one turn.
 
-Run it with ``tracewire eval examples/count_letters.py -n 8 -r 4``.
+Run it with ``tracewire eval examples/count_letters.py -n 8 -r 4``. With the built-in model
+it scores 0.000: that tiny n-gram model only learned the bundled environments'
+transcripts, and this task is none of them (``examples/word_problems.py`` is one it can
+answer). Every turn is recorded token for token all the same; give ``--base-url`` a real
+model server for a real score.
 """
 
 from __future__ import annotations

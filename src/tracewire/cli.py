@@ -145,5 +145,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     # Everything imported so far lives as long as the process: take it out of the garbage
     # collector's reach, so a full collection scans only what the command creates (full
     # passes over the start-up objects otherwise stall the event loop).
+    from .tito._errors import TemplateError, TitoUnavailableError
+
     gc.freeze()
-    return int(command.run(args))
+    try:
+        if getattr(args, "tokenizer", None):
+            # Every command taking --tokenizer: a bad path or a missing extra is one line
+            # and exit 2 before anything starts (a file that fails to load, below).
+            from .tito import check_tokenizer
+
+            check_tokenizer(args.tokenizer)
+        return int(command.run(args))
+    except (TemplateError, TitoUnavailableError) as exc:
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        print(f"tracewire {args.command}: {first}", file=sys.stderr)
+        return 2

@@ -82,6 +82,11 @@ def view_page(chromium: Any, request: pytest.FixtureRequest) -> Iterator[Any]:
     context = chromium.new_context(viewport={"width": 1280, "height": 900})
     pg = context.new_page()
     pg.set_default_timeout(15_000)
+    # expect() has its own 5 s default, too short for a live update on a loaded 2-core CI
+    # machine; an assertion that holds still passes at once.
+    from playwright.sync_api import expect
+
+    expect.set_options(timeout=15_000)
     errors: list[str] = []
     pg.on("pageerror", lambda exc: errors.append(str(exc)))
     pg.on("console", lambda msg: errors.append(msg.text) if msg.type == "error" else None)

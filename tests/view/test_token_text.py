@@ -147,7 +147,7 @@ def test_token_view_shows_text(view_page: Any, tmp_path: Path, qwen_dir: Path) -
         expect(page.get_by_test_id("token-tokenizer")).to_contain_text(str(qwen_dir))
         first = page.locator(".tok[data-pos='0']")
         expect(first).to_have_text("<|im_start|>")
-        expect(first).to_have_class("tok special")
+        expect(first).to_have_class("tok k0 special")  # k0: a prompt token
         # "user\n" and friends: whitespace shown visibly, text joined back gives the prompt.
         n = len(prompt) + len(answer)
         cells = page.locator(".tok")

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
+import shutil
+import sys
+from pathlib import Path
 
 from . import _cli_eval
 
@@ -32,6 +36,22 @@ def eval_args(args: argparse.Namespace) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def command_name() -> str:
+    """How the user's shell reaches this tracewire: ``tracewire`` when that is on PATH and is
+    this environment's, else that script's path (relative when under the current
+    directory, e.g. ``.venv/bin/tracewire``), else ``PYTHON -m tracewire``."""
+    script = Path(sys.executable).parent / "tracewire"  # unresolved: the venv's bin
+    if not script.is_file():
+        return f"{sys.executable} -m tracewire"
+    on_path = shutil.which("tracewire")
+    if on_path is not None and os.path.samefile(on_path, script):
+        return "tracewire"
+    try:
+        return str(script.absolute().relative_to(Path.cwd()))
+    except ValueError:
+        return str(script)
+
+
 def run(args: argparse.Namespace) -> int:
     """Run the demo eval, then say how to view and export the run."""
     code, run_dir = asyncio.run(_cli_eval.run_cli(eval_args(args)))
@@ -40,7 +60,14 @@ def run(args: argparse.Namespace) -> int:
 
         console = Console()
         run_dir = run_dir or "RUN_DIR"
-        console.print(f"\nOpen the viewer:   [bold]tracewire view {run_dir}[/bold]")
-        console.print(f"Export the run:    [bold]tracewire export {run_dir} --format jsonl"
-                      "[/bold]")
+        prog = command_name()
+        # soft_wrap: a command the user copies must stay on one line.
+        console.print(f"\nOpen the viewer:   [bold]{prog} view {run_dir}[/bold]",
+                      soft_wrap=True)
+        console.print(f"Export the run:    [bold]{prog} export {run_dir} --format jsonl"
+                      "[/bold]", soft_wrap=True)
+        if prog != "tracewire" and prog.endswith("bin/tracewire"):
+            activate = os.path.join(os.path.dirname(prog), "activate")
+            console.print(f"(or `source {activate}` once, then `tracewire ...`)",
+                          soft_wrap=True)
     return code

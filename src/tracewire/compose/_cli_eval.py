@@ -61,9 +61,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0, help="sampling seed (default: 0)")
     parser.add_argument("--temperature", type=float, default=None, help="sampling temperature")
     parser.add_argument("--max-tokens", type=int, default=None, help="tokens per model turn")
-    parser.add_argument("--tokenizer", default=None, metavar="DIR",
+    parser.add_argument("--tokenizer", default=None, metavar="DIR|FILE.gguf",
                         help="token-in/token-out: render prompts with this local tokenizer "
-                             "directory and send ids to --base-url (needs tracewire[tito])")
+                             "directory or GGUF model file and send ids to --base-url "
+                             "(needs tracewire[tito])")
     parser.add_argument("--upstream-api", choices=UPSTREAM_APIS, default="completions",
                         help="token-in endpoint with --tokenizer (default: completions)")
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress bar")

@@ -26,10 +26,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-model-len", type=int, default=MAX_MODEL_LEN,
                         help=f"context length in tokens, prompt + completion (default "
                              f"{MAX_MODEL_LEN}); agents with long system prompts need more")
-    parser.add_argument("--tokenizer", metavar="DIR", default=None,
+    parser.add_argument("--tokenizer", metavar="DIR|FILE.gguf", default=None,
                         help="serve over this local tokenizer directory (tokenizer.json + "
-                             "tokenizer_config.json with its chat_template) instead of the "
-                             "built-in vocabulary; needs the tracewire[tito] extra for chat")
+                             "tokenizer_config.json with its chat_template) or GGUF model "
+                             "file instead of the built-in vocabulary; needs the "
+                             "tracewire[tito] extra for chat")
     parser.add_argument("--non-canonical", metavar="P", type=float, nargs="?", const=0.5,
                         default=0.0,
                         help="with --tokenizer: split each multi-character token into its "

@@ -64,31 +64,54 @@ class ForeignPlan:
     text: str = ""
 
 
+def _from_dir(path: Path) -> tuple[Any, dict[str, Any]]:
+    if not (path / "tokenizer.json").is_file():
+        raise ModelError(f"{path}: no tokenizer.json (expected a tokenizer directory or a "
+                         "GGUF file)")
+    try:
+        from tokenizers import Tokenizer
+    except ImportError as exc:
+        raise ModelError(f"{_EXTRA_HINT} ({exc})") from exc
+    try:
+        tok = Tokenizer.from_file(str(path / "tokenizer.json"))
+    except Exception as exc:  # the Rust loader raises its own exception type
+        raise ModelError(f"{path}: cannot load tokenizer.json: {exc}") from exc
+    config: dict[str, Any] = {}
+    cfg_path = path / "tokenizer_config.json"
+    if cfg_path.is_file():
+        try:
+            config = json.loads(cfg_path.read_text())
+        except (OSError, json.JSONDecodeError) as exc:
+            raise ModelError(f"{cfg_path}: unreadable: {exc}") from exc
+    return tok, config
+
+
+def _from_gguf(path: Path) -> tuple[Any, dict[str, Any]]:
+    # A GGUF model file: its tokenizer metadata, built the way tracewire.tito builds it.
+    from ..tito import TemplateError, TitoUnavailableError, load_gguf
+
+    try:
+        g = load_gguf(path)
+    except (TemplateError, TitoUnavailableError) as exc:
+        raise ModelError(str(exc)) from exc
+    return g.tokenizer(), {"eos_token": g.eos_token, "bos_token": g.bos_token,
+                           "chat_template": g.chat_template}
+
+
 class ForeignModel:
     """A local tokenizer directory (``tokenizer.json``, optional ``tokenizer_config.json``)
-    served by the built-in engine through the two-stage sampler in this module's docstring."""
+    or GGUF file, served by the built-in engine through the two-stage sampler in this
+    module's docstring."""
 
     def __init__(self, directory: str | Path, engine: Engine) -> None:
         path = Path(directory)
-        if not (path / "tokenizer.json").is_file():
-            raise ModelError(f"{path}: no tokenizer.json (expected a tokenizer directory)")
-        try:
-            from tokenizers import Tokenizer
-        except ImportError as exc:
-            raise ModelError(f"{_EXTRA_HINT} ({exc})") from exc
-        try:
-            self.tok = Tokenizer.from_file(str(path / "tokenizer.json"))
-        except Exception as exc:  # the Rust loader raises its own exception type
-            raise ModelError(f"{path}: cannot load tokenizer.json: {exc}") from exc
+        config: dict[str, Any] = {}
+        if path.is_file():
+            self.tok, config = _from_gguf(path)
+        else:
+            self.tok, config = _from_dir(path)
         # Canonical text tokenization: a "<|im_end|>" the engine writes is text, not a stop.
         self.tok.encode_special_tokens = True
-        config: dict[str, Any] = {}
-        cfg_path = path / "tokenizer_config.json"
-        if cfg_path.is_file():
-            try:
-                config = json.loads(cfg_path.read_text())
-            except (OSError, json.JSONDecodeError) as exc:
-                raise ModelError(f"{cfg_path}: unreadable: {exc}") from exc
         self.directory = path
         self.config = config
         self.engine = engine

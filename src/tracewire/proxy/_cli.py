@@ -27,10 +27,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--upstream-timeout", type=float, default=600.0)
     parser.add_argument("--no-token-fields", action="store_true",
                         help="do not ask the upstream for token ids (hosted APIs)")
-    parser.add_argument("--tokenizer", default=None, metavar="DIR",
-                        help="local tokenizer directory: render prompts here and send token "
-                             "ids (token-in/token-out; needs tracewire[tito]). Default: "
-                             "pass-through chat")
+    parser.add_argument("--tokenizer", default=None, metavar="DIR|FILE.gguf",
+                        help="local tokenizer directory or GGUF model file: render prompts "
+                             "here and send token ids (token-in/token-out; needs "
+                             "tracewire[tito]). Default: pass-through chat")
     parser.add_argument("--upstream-api", choices=("completions", "generate", "sglang"),
                         default="completions",
                         help="token-in endpoint with --tokenizer: vLLM /v1/completions, vLLM "

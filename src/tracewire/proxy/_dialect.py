@@ -41,6 +41,10 @@ class UpReq:
     sampling: dict[str, Any] = field(default_factory=dict)
     want_ids: bool = False
     want_logprobs: bool = False
+    #: The harness asked for the usage chunk of a stream (``stream_options.include_usage``).
+    want_usage: bool = False
+    #: Names of the harness's tools the upstream request could not carry (hosted tools).
+    unforwarded: list[str] = field(default_factory=list)
     #: Chat pass-through: top-level raw JSON values and the raw bytes / hashes per message.
     top: dict[str, bytes] | None = None
     raws: list[bytes] | None = None
@@ -154,6 +158,8 @@ def _finish(up: UpReq, tb: dict[str, bytes]) -> UpReq:
     _scalars(up, get)
     up.want_ids = bool(get("return_token_ids"))
     up.want_logprobs = bool(get("logprobs"))
+    opts = get("stream_options")
+    up.want_usage = isinstance(opts, dict) and bool(opts.get("include_usage"))
     rest = b"".join(v for k, v in sorted(tb.items()) if k != "messages")
     up.retry_material = up.hasher.digest() + rest
     return up
@@ -300,13 +306,42 @@ class Adapter:
         raise NotImplementedError
 
 
+#: How servers write the usage marker after another member (quotes inside JSON strings
+#: are escaped, so these bytes only occur as a member of an object).
+_NULL_USAGE = (b',"usage":null', b', "usage": null')
+
+
+def _drop_null_usage(line: bytes) -> bytes | None:
+    """``line`` without its one ``"usage": null`` member, or None when it is not written in
+    a form found by a byte search (the caller re-renders the chunk then)."""
+    if line.count(b'"usage"') != 1:  # only the top-level member may be cut by bytes
+        return None
+    for pat in _NULL_USAGE:
+        if pat in line:
+            return line.replace(pat, b"", 1)
+    return None
+
+
 class _ChatStreamer(Streamer):
     def __init__(self, up: UpReq, token_fields: dict[str, Any]) -> None:
         self.strip_ids = not up.want_ids and "return_token_ids" in token_fields
         self.strip_lp = not up.want_logprobs and "logprobs" in token_fields
+        #: The proxy asked for usage on the harness's behalf: hide what that added.
+        self.strip_usage = not up.want_usage
 
     def chunk(self, line: bytes, d: dict[str, Any], span: RawSpan | None = None) -> bytes:
-        if self.strip_ids or self.strip_lp:
+        edit = self.strip_ids or self.strip_lp
+        if self.strip_usage and "usage" in d:
+            if not d.get("choices"):
+                return b""  # the usage-only last chunk: recorded, not relayed
+            if d["usage"] is None:  # servers mark every chunk once usage is asked for
+                del d["usage"]
+                if not edit:
+                    cut = _drop_null_usage(line)
+                    if cut is not None:
+                        return cut + b"\n\n"
+                edit = True
+        if edit:
             strip_added(d, ids=self.strip_ids, logprobs=self.strip_lp)
             return sse(render(d, span))
         return line + b"\n\n"

@@ -399,7 +399,7 @@ class TurnGraph:
             c = Call(
                 model=out.model or call.model, endpoint=call.endpoint, sampling=call.sampling,
                 finish_reason=ch.finish_reason, usage=dict(out.usage), span=call.span,
-                node=node, prompt_node=parent, hooks=call.hooks,
+                node=node, prompt_node=parent, hooks=call.hooks, flags=call.flags,
             )
             trace.add_call(c)
         trace.pending = []
@@ -413,7 +413,7 @@ class TurnGraph:
         self.trace.add_call(
             Call(model=call.model, endpoint=call.endpoint, sampling=call.sampling,
                  span=call.span, error=error, hooks=call.hooks, finish_reason="error",
-                 prompt_node=prompt_node)
+                 prompt_node=prompt_node, flags=call.flags)
         )
         self.trace.add_error("proxy", error, phase="agent")
         self.trace.pending = []

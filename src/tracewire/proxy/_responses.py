@@ -92,14 +92,19 @@ def _items(inp: list[Any], msgs: list[dict[str, Any]], tool_args: Mapping[str, s
             fail(f"{where}.type", f"unsupported input item type {t!r}")
 
 
-def _tools(body: dict[str, Any]) -> list[dict[str, Any]]:
+def _tools(body: dict[str, Any], dropped: list[str]) -> list[dict[str, Any]]:
+    """The function tools in chat form; the names of the others go into ``dropped``."""
     out = []
     for j, t in enumerate(opt_list(body, "tools") or ()):
         w = f"tools[{j}]"
         if not isinstance(t, dict):
             fail(w, f"must be an object, got {type_name(t)}")
         if t.get("type") != "function":
-            continue  # hosted tools (web search, ...) have no chat equivalent
+            # Hosted tools (web_search, ...), namespaces of tools (Codex's multi_agent_v1)
+            # and custom tools have no chat equivalent: recorded as not forwarded.
+            name = t.get("name") if isinstance(t.get("name"), str) else t.get("type")
+            dropped.append(name if isinstance(name, str) and name else f"tools[{j}]")
+            continue
         params = t.get("parameters") or {"type": "object"}
         if not isinstance(params, dict):
             fail(f"{w}.parameters", f"must be an object, got {type_name(params)}")
@@ -110,10 +115,11 @@ def _tools(body: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
-def to_chat(body: dict[str, Any], tool_args: Mapping[str, str] | None = None
-            ) -> dict[str, Any]:
+def to_chat(body: dict[str, Any], tool_args: Mapping[str, str] | None = None,
+            dropped: list[str] | None = None) -> dict[str, Any]:
     """The chat-completions request a Responses request means; ``tool_args`` (tool-call id
-    -> the arguments text the model produced) restores echoed tool calls."""
+    -> the arguments text the model produced) restores echoed tool calls; the names of tools
+    that cannot be forwarded are appended to ``dropped``."""
     if body.get("previous_response_id"):
         raise BadRequest(400, "previous_response_id is not supported; send the full input")
     # Echoed in every reply (see _response): they must encode.
@@ -146,7 +152,7 @@ def to_chat(body: dict[str, Any], tool_args: Mapping[str, str] | None = None
     for k in ("stream", "parallel_tool_calls"):
         if opt_bool(body, k) is not None:
             chat[k] = body[k]
-    tools = _tools(body)
+    tools = _tools(body, [] if dropped is None else dropped)
     if tools:
         chat["tools"] = tools
     tc = body.get("tool_choice")
@@ -166,7 +172,10 @@ def to_chat(body: dict[str, Any], tool_args: Mapping[str, str] | None = None
 def parse(body: bytes, tool_args: Mapping[str, str] | None = None) -> UpReq:
     """Parse and translate a Responses request body."""
     d = load_object(body)
-    return up_from_dict(to_chat(d, tool_args), d, body)
+    dropped: list[str] = []
+    up = up_from_dict(to_chat(d, tool_args, dropped), d, body)
+    up.unforwarded = dropped
+    return up
 
 
 def _msg_item(item_id: str, text: str, status: str) -> dict[str, Any]:

@@ -121,6 +121,18 @@ def _guard(api: SessionAPI, fn: Handler) -> Handler:
     return wrapped
 
 
+def _not_forwarded(session: Session) -> dict[str, Any]:
+    """``tools_not_forwarded``: {tool name: calls that offered it} when a harness offered
+    tools the upstream request could not carry (hosted tools on the Responses path)."""
+    counts: dict[str, int] = {}
+    for c in session.trace.calls:
+        for f in c.flags:
+            if f.startswith("tools_not_forwarded:"):
+                name = f.partition(":")[2]
+                counts[name] = counts.get(name, 0) + 1
+    return {"tools_not_forwarded": counts} if counts else {}
+
+
 def _opt_int(body: dict[str, Any], key: str, lo: int) -> int | None:
     v = body.get(key)
     if v is None:
@@ -225,8 +237,27 @@ class SessionAPI:
         token = self.proxy.session_token
         if not given or not hmac.compare_digest(given.encode("utf-8", "replace"),
                                                 token.encode()):
+            if self._probe(request, given):
+                # Agents probe their base URL (Claude Code HEADs /sessions/{id} before it
+                # connects): the answer tells an agent nothing about where a token lives.
+                raise _HTTPFail(401, "unauthorized")
             raise _HTTPFail(401, "missing or wrong session token (Authorization: Bearer "
                                  "<token>; the proxy's TRACEWIRE_SESSION_TOKEN)")
+
+    def _probe(self, request: web.Request, bearer: str) -> bool:
+        """Whether a refused request is an agent's read rather than a trainer's mistake: a
+        HEAD, or a GET with no bearer token or an agent's own session secret."""
+        if request.method == "HEAD":
+            return True
+        if request.method != "GET":
+            return False
+        if bearer:
+            cred = bearer
+        elif "Authorization" in request.headers:
+            return False  # a malformed trainer header: it gets the hint
+        else:
+            cred = request.headers.get("x-api-key", "")
+        return not cred or (cred.isascii() and self.proxy.registry.by_secret(cred) is not None)
 
     async def _read_body(self, request: web.Request) -> bytes:
         ctype = request.headers.get("Content-Type", "").partition(";")[0].strip().lower()
@@ -301,6 +332,7 @@ class SessionAPI:
                 "status": session.status,
                 **counts,
                 "token_mismatches": session.trace.info.get("token_mismatches", 0),
+                **_not_forwarded(session),
                 "created": session.created,
                 "last_used": session.last_used,
                 "ttl": session.ttl,

@@ -28,6 +28,7 @@ from ._rawjson import RawSpan
 from ._session import Session
 from ._upstream import outcome_of
 from ._upstream_api import TurnContext, Upstream, UpstreamRequest
+from ._validate import load_json
 
 __all__ = ["Answer", "Turn", "TurnPipeline"]
 
@@ -182,18 +183,18 @@ class TurnPipeline:
         size = sum(len(r) for r in up.raws) if up.raws is not None else len(body)
         prep = await off(size, _match, session, up)
         session.trace.set_pending([nm.message for nm in prep.new])
+        flags = not_forwarded_flags(session, up.unforwarded)
         call = Call(model=up.model, endpoint=adapter.endpoint, sampling=up.sampling,
-                    span=Span(start=time.time()), hooks=tuple(hooks))
-        if up.stream and adapter.endpoint != "chat" and up.body is not None:
-            # Translated streams report usage only when the upstream sends it; the chat
-            # pass-through relays chunks as they are, so it keeps the harness's choice.
-            opts = up.body.get("stream_options")
-            up.body["stream_options"] = {**(opts if isinstance(opts, dict) else {}),
-                                         "include_usage": True}
-        payload = up.upstream_bytes(self.config.token_fields)
+                    span=Span(start=time.time()), hooks=tuple(hooks), flags=tuple(flags))
+        fields = self.config.token_fields
+        if up.stream and not up.want_usage:
+            # Streams report usage only when asked: the upstream always is, so Call.usage
+            # is filled; the chat streamer hides the usage chunk from a harness that did not.
+            fields = _with_usage(up, fields)
+        payload = up.upstream_bytes(fields)
         ureq = UpstreamRequest(payload, stream=up.stream, split=not self.config.response_hooks,
                                context=(_context(session, prep) if self.upstream.wants_context
-                                        else None))
+                                        else None), flags=flags)
         return Turn(session=session, adapter=adapter, up=up, prep=prep, call=call,
                     request=ureq, upstream=self.upstream, rkey=rkey, ikey=ikey,
                     offload=self.offload)
@@ -250,6 +251,38 @@ class TurnPipeline:
         # (asyncio runs queued callbacks before those of newly polled I/O).
         asyncio.get_running_loop().call_soon(_commit_soon, turn, out)
         return web.Response(body=body, content_type="application/json")
+
+
+#: Call flag: some of the harness's tools were not forwarded (one ``NOT_FORWARDED + ":"
+#: + name`` flag per tool follows it).
+NOT_FORWARDED = "tools_not_forwarded"
+
+
+def not_forwarded_flags(session: Session, names: list[str]) -> list[str]:
+    """The call flags naming the tools that were not forwarded; the trace's
+    ``info["tools_not_forwarded"]`` keeps every name seen in the session."""
+    if not names:
+        return []
+    info = session.trace.info
+    seen = info.get(NOT_FORWARDED)
+    known = list(seen) if isinstance(seen, list) else []
+    info[NOT_FORWARDED] = known + [n for n in dict.fromkeys(names) if n not in known]
+    return [NOT_FORWARDED, *(f"{NOT_FORWARDED}:{n}" for n in dict.fromkeys(names))]
+
+
+def _with_usage(up: UpReq, fields: dict[str, Any]) -> dict[str, Any]:
+    """The upstream fields with ``stream_options.include_usage`` on, kept with the
+    harness's other stream options (dict form: set in the body itself)."""
+    if up.body is not None:
+        opts = up.body.get("stream_options")
+        up.body["stream_options"] = {**(opts if isinstance(opts, dict) else {}),
+                                     "include_usage": True}
+        return fields
+    assert up.top is not None
+    opts = load_json(up.top["stream_options"], "stream_options") \
+        if "stream_options" in up.top else None
+    return {**fields, "stream_options": {**(opts if isinstance(opts, dict) else {}),
+                                         "include_usage": True}}
 
 
 def _match(session: Session, up: UpReq) -> Prepared:

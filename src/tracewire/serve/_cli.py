@@ -71,8 +71,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="runner factory 'module:attribute' (default: by env)")
     parser.add_argument("--base-url", default=None,
                         help="model server for real environments (default: built-in model)")
-    parser.add_argument("--tokenizer", default=None, metavar="DIR",
-                        help="token-in/token-out with this local tokenizer directory")
+    parser.add_argument("--tokenizer", default=None, metavar="DIR|FILE.gguf",
+                        help="token-in/token-out with this local tokenizer directory or GGUF "
+                             "model file")
     parser.add_argument("--upstream-api", choices=("completions", "generate", "sglang"),
                         default=None, help="token-in endpoint with --tokenizer")
     parser.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",

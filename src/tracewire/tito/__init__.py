@@ -1,8 +1,9 @@
 """Token-in/token-out: the proxy renders prompts itself and keeps the sampled ids verbatim.
 
 Rendering loads a local tokenizer directory (``tokenizer.json`` + ``tokenizer_config.json``
-with ``chat_template``) through ``transformers``, offline and without torch; it needs the
-optional extra ``tracewire[tito]``, imported only when a tokenizer is loaded.
+with ``chat_template``) or a GGUF model file (its tokenizer metadata, built to encode as
+llama.cpp does) through ``transformers``, offline and without torch; it needs the optional
+extra ``tracewire[tito]``, imported only when a tokenizer is loaded.
 :class:`TokenSession` resolves each request's history, bridges (recorded ids + junction +
 suffix) or re-renders with a reason; :func:`parse_completion` / :class:`StreamParser` turn
 the completion text back into an assistant message; ``tracewire.tito.codecs`` speaks the
@@ -22,6 +23,7 @@ from ._errors import (
     UpstreamShapeError,
 )
 from ._family import Family, FamilyName, LengthRule, ToolFormat, probe_family
+from ._gguf import GgufTokenizer, is_gguf, load_gguf
 from ._history import (
     Continuation,
     ConversationIndex,
@@ -34,7 +36,7 @@ from ._parse import ParsedCall, ParsedCompletion
 from ._render import PromptBuilder, Rendered
 from ._session import BranchTip, Plan, TokenSession
 from ._stream import StreamEvent, StreamParser, parse_completion
-from ._tokenizer import ChatTokenizer, IncrementalDecoder, chat_messages
+from ._tokenizer import ChatTokenizer, IncrementalDecoder, chat_messages, check_tokenizer
 
 if TYPE_CHECKING:
     from ._upstream import TokenUpstream
@@ -58,6 +60,7 @@ __all__ = [
     "DifferenceKind",
     "Family",
     "FamilyName",
+    "GgufTokenizer",
     "IncrementalDecoder",
     "LengthRule",
     "MismatchReport",
@@ -78,6 +81,9 @@ __all__ = [
     "TruncatedTurnError",
     "UpstreamShapeError",
     "chat_messages",
+    "check_tokenizer",
+    "is_gguf",
+    "load_gguf",
     "message_digest",
     "mismatch_report",
     "parse_completion",

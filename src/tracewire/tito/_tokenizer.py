@@ -1,7 +1,8 @@
-"""A model's tokenizer and chat template, loaded offline from a local directory.
+"""A model's tokenizer and chat template, loaded offline from a local directory or GGUF file.
 
 The directory is what a model repository ships: ``tokenizer.json`` and
-``tokenizer_config.json`` holding ``chat_template``. ``transformers`` renders the template
+``tokenizer_config.json`` holding ``chat_template``; a GGUF model file carries the same in
+its metadata (built by :mod:`tracewire.tito._gguf`). ``transformers`` renders the template
 (so any family's template works as the model server would render it) and the Rust
 ``tokenizers`` object behind it encodes; neither needs torch. Both are imported lazily, so
 ``import tracewire`` never pays for them.
@@ -9,6 +10,8 @@ The directory is what a model repository ships: ``tokenizer.json`` and
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import json
 import os
 from collections.abc import Sequence
@@ -18,25 +21,85 @@ from typing import Any
 import orjson
 
 from ._errors import TemplateError, TitoUnavailableError
+from ._gguf import is_gguf, load_gguf
 
-__all__ = ["ChatTokenizer", "IncrementalDecoder", "chat_messages", "decoded_arguments"]
+__all__ = ["ChatTokenizer", "IncrementalDecoder", "chat_messages", "check_tokenizer",
+           "decoded_arguments"]
 
 _EXTRA_HINT = "token-in/token-out needs the optional extra: pip install 'tracewire[tito]'"
 
 
-def _import_auto_tokenizer() -> Any:
+def check_tokenizer(path: str | Path) -> str:
+    """Check, without loading it, that ``path`` names a tokenizer directory or a GGUF file
+    and that the extra it needs is installed: its kind (``"dir"`` or ``"gguf"``), else
+    :class:`TemplateError` / :class:`TitoUnavailableError` with a one-line reason (what the
+    command line prints)."""
+    p = Path(path)
+    if p.is_file():
+        if not is_gguf(p):
+            raise TemplateError(f"{p}: a file that is not GGUF (expected a tokenizer "
+                                "directory or a GGUF file)")
+        kind = "gguf"
+    elif p.is_dir():
+        if not (p / "tokenizer.json").is_file():
+            raise TemplateError(f"{p}: no tokenizer.json (expected a tokenizer directory or "
+                                "a GGUF file)")
+        kind = "dir"
+    else:
+        raise TemplateError(f"{p}: no such tokenizer directory or GGUF file")
+    for mod in ("tokenizers", "jinja2", *(("gguf",) if kind == "gguf" else ())):
+        try:
+            importlib.import_module(mod)  # small: importing is the honest check
+        except ImportError as exc:
+            raise TitoUnavailableError(f"{_EXTRA_HINT} ({exc})") from exc
+    try:
+        # transformers costs ~0.4 s to import: only find it here, the loader imports it.
+        found = importlib.util.find_spec("transformers") is not None
+    except (ImportError, ValueError):
+        found = False
+    if not found:
+        raise TitoUnavailableError(f"{_EXTRA_HINT} (No module named 'transformers')")
+    return kind
+
+
+def _import_transformers() -> Any:
     # Never reach for the hub: a directory is all we load, and tests run offline.
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")  # no "PyTorch was not found"
     try:
         import transformers
-        from transformers import AutoTokenizer
     except ImportError as exc:
         raise TitoUnavailableError(f"{_EXTRA_HINT} ({exc})") from exc
     # transformers logs "PyTorch was not found" on import; we never need torch.
     transformers.logging.set_verbosity_error()  # type: ignore[no-untyped-call]
-    return AutoTokenizer
+    return transformers
+
+
+def _load_dir(path: Path) -> Any:
+    if not (path / "tokenizer.json").is_file():
+        raise TemplateError(f"{path}: no tokenizer.json (expected a tokenizer directory or "
+                            "a GGUF file)")
+    tf = _import_transformers()
+    try:
+        return tf.AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+    except (OSError, ValueError, KeyError, json.JSONDecodeError) as exc:
+        raise TemplateError(f"{path}: cannot load the tokenizer: {exc}") from exc
+
+
+def _load_gguf(path: Path) -> Any:
+    g = load_gguf(path)
+    if not g.chat_template:
+        raise TemplateError(f"{path}: the GGUF file has no tokenizer.chat_template")
+    tf = _import_transformers()
+    try:
+        # The wrapper only renders the template; the Rust tokenizer built from the GGUF
+        # metadata does all encoding and decoding.
+        return tf.PreTrainedTokenizerFast(
+            tokenizer_object=g.tokenizer(), bos_token=g.bos_token, eos_token=g.eos_token,
+            chat_template=g.chat_template, clean_up_tokenization_spaces=False)
+    except (ValueError, KeyError, TypeError) as exc:
+        raise TemplateError(f"{path}: cannot wrap the GGUF tokenizer: {exc}") from exc
 
 
 def decoded_arguments(arguments: Any) -> Any:
@@ -79,18 +142,20 @@ def chat_messages(messages: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 class ChatTokenizer:
-    """A tokenizer directory's chat template and vocabulary: render messages to text,
-    encode text to ids (special tokens parsed, none added), decode ids."""
+    """A tokenizer directory's (or GGUF file's) chat template and vocabulary: render
+    messages to text, encode text to ids (special tokens parsed, none added), decode ids."""
 
     def __init__(self, directory: str | Path) -> None:
         path = Path(directory)
-        if not (path / "tokenizer.json").is_file():
-            raise TemplateError(f"{path}: no tokenizer.json (expected a tokenizer directory)")
-        auto = _import_auto_tokenizer()
-        try:
-            self.hf = auto.from_pretrained(str(path), local_files_only=True)
-        except (OSError, ValueError, KeyError, json.JSONDecodeError) as exc:
-            raise TemplateError(f"{path}: cannot load the tokenizer: {exc}") from exc
+        if path.is_file():
+            if not is_gguf(path):
+                raise TemplateError(f"{path}: a file that is not GGUF (expected a tokenizer "
+                                    "directory or a GGUF file)")
+            self.hf = _load_gguf(path)
+        elif path.is_dir():
+            self.hf = _load_dir(path)
+        else:
+            raise TemplateError(f"{path}: no such tokenizer directory or GGUF file")
         if not getattr(self.hf, "chat_template", None):
             raise TemplateError(f"{path}: tokenizer_config.json has no chat_template")
         self.directory = path

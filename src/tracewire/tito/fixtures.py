@@ -12,6 +12,8 @@ special tokens added, and a hand-written Jinja chat template with the family's q
 
 The directories load like a real model's (``AutoTokenizer.from_pretrained(dir)``, offline),
 so tests, benches and smoke checks exercise the code path users run.
+:func:`build_gguf_file` writes the same tokenizer as a vocabulary-only GGUF file (metadata,
+no tensors), the form llama.cpp's tools read.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-__all__ = ["FAMILIES", "build_tokenizer_dir"]
+__all__ = ["FAMILIES", "build_gguf_file", "build_tokenizer_dir"]
 
 _QWEN_TOOLS = (
     "{%- if tools %}"
@@ -182,4 +184,46 @@ def build_tokenizer_dir(directory: str | Path, family: str, vocab_size: int = 60
         "clean_up_tokenization_spaces": False,
     }
     (out / "tokenizer_config.json").write_text(json.dumps(config, indent=1))
+    return out
+
+
+def build_gguf_file(path: str | Path, family: str, vocab_size: int = 600, *,
+                    pre: str = "gpt-2", template: str | None = None) -> Path:
+    """Write ``family``'s fixture tokenizer (see :func:`build_tokenizer_dir`) as a
+    vocabulary-only GGUF file at ``path``: byte-level BPE (``gpt2``), pre-tokenizer
+    ``pre``, special tokens as control tokens, bos/eos and the chat template (``template``
+    overrides it; ``""`` leaves it out). Needs the ``gguf`` package; returns ``path``."""
+    import tempfile
+
+    import gguf
+
+    out = Path(path)
+    with tempfile.TemporaryDirectory() as tmp:
+        data = json.loads((build_tokenizer_dir(tmp, family, vocab_size)
+                           / "tokenizer.json").read_text())
+    model = data["model"]
+    by_id = {int(i): str(t) for t, i in model["vocab"].items()}
+    for added in data["added_tokens"]:
+        by_id[int(added["id"])] = str(added["content"])
+    tokens = [by_id[i] for i in range(len(by_id))]
+    special = {str(a["content"]) for a in data["added_tokens"] if a.get("special")}
+    merges = [m if isinstance(m, str) else " ".join(m) for m in model["merges"]]
+    tpl, _, bos, eos = FAMILIES[family]
+    w = gguf.GGUFWriter(str(out), arch="llama")
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre(pre)
+    w.add_token_list(tokens)
+    w.add_token_types([int(gguf.TokenType.CONTROL) if t in special
+                       else int(gguf.TokenType.NORMAL) for t in tokens])
+    w.add_token_merges(merges)
+    if bos is not None:
+        w.add_bos_token_id(tokens.index(bos))
+    w.add_eos_token_id(tokens.index(eos))
+    w.add_add_bos_token(False)
+    chat = tpl if template is None else template
+    if chat:
+        w.add_chat_template(chat)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.close()
     return out

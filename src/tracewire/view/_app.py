@@ -6,18 +6,22 @@ Routes (all GET):
 ``known: false``); ``/api/episodes`` (index page); ``/api/facets``; ``/api/stats``;
 ``/api/steps`` (per-step reward and mismatch of a train run);
 ``/api/episodes/{id}``; ``.../traces/{t}/timing``; ``.../traces/{t}/branches/{leaf}``
-(nodes, paged); ``.../traces/{t}/branches/{leaf}/tokens`` (token window, binary or JSON);
-``/api/events`` (server-sent events: live episodes, or one episode with ``?episode=``).
+(nodes, paged); ``.../traces/{t}/branches/{leaf}/tokens`` (token window, binary or JSON;
+``kinds=1`` adds each token's kind, ``extra=NAME`` an extra column);
+``/api/events`` (server-sent events: live episodes, or one episode with ``?episode=``);
+the RL routes (groups, diff, runs, compare) are in :mod:`._rl`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import orjson
 from aiohttp import web
 
@@ -37,12 +41,15 @@ from ._http import (
     param_str,
 )
 from ._index import RANGED, SORTABLE, IndexQuery
+from ._keys import FEED, RUNS, SOURCE, STATIC
 from ._live import LiveFeed
-from ._shapes import branch_page, episode_summary, timing, token_window
+from ._rl import add_rl_routes
+from ._runs import RunRegistry
+from ._shapes import branch_page, episode_summary, heat_columns, timing, token_window
 from ._source import RunSource
 from ._steps import train_steps
 
-__all__ = ["MAX_PAGE", "MAX_WINDOW", "build_app"]
+__all__ = ["MAX_PAGE", "MAX_WINDOW", "SOURCE", "build_app"]
 
 #: Most rows of the episode table per request.
 MAX_PAGE = 500
@@ -53,9 +60,6 @@ MAX_WINDOW = 65536
 #: Seconds between keep-alive comments on an idle event stream.
 KEEPALIVE_S = 15.0
 
-SOURCE = web.AppKey("source", RunSource)
-FEED = web.AppKey("feed", LiveFeed)
-STATIC = web.AppKey("static", dict)
 
 _TYPES = {".html": "text/html", ".js": "text/javascript", ".css": "text/css"}
 
@@ -240,18 +244,29 @@ async def _tokens(request: web.Request) -> web.Response:
     if end - start > MAX_WINDOW:
         raise bad_request(f"a token window holds at most {MAX_WINDOW} tokens")
     fmt = param_choice(q, "format", ("bin", "json"), "bin") or "bin"
+    kinds = bool(param_bool(q, "kinds"))
+    extra = param_str(q, "extra")
     src = request.app[SOURCE]
 
-    def work() -> tuple[bytes | dict[str, Any], int, int, int]:
+    def work() -> tuple[bytes | dict[str, Any], int, int, int, dict[str, str]]:
         ep, live = _find(src, eid)
         t = _trace_index(request, ep)
-        cols = src.branch_columns(ep, live, t, _leaf(request, ep, t))
-        body, total = token_window(cols, start, end, fmt)
+        if extra is not None and extra not in heat_columns(ep.traces[t]):
+            raise not_found(f"trace {t} has no per-token column {extra!r}")
+        cols = src.branch_columns(ep, live, t, _leaf(request, ep, t), extra)
+        body, total = token_window(cols, start, end, fmt, kinds=kinds)
         s = min(start, total)
-        return body, total, s, min(end, total)
+        more: dict[str, str] = {}
+        if "extra" in cols and cols["extra"].size and np.isfinite(cols["extra"]).any():
+            # The scale of the heat: the column's range over the whole branch.
+            finite = cols["extra"][np.isfinite(cols["extra"])]
+            more = {"X-Extra-Min": repr(float(finite.min())),
+                    "X-Extra-Max": repr(float(finite.max()))}
+        return body, total, s, min(end, total), more
 
-    body, total, s, e = await asyncio.to_thread(work)
-    headers = {"X-Token-Total": str(total), "X-Token-Start": str(s), "X-Token-End": str(e)}
+    body, total, s, e, more = await asyncio.to_thread(work)
+    headers = {"X-Token-Total": str(total), "X-Token-Start": str(s), "X-Token-End": str(e),
+               **more}
     if isinstance(body, bytes):
         return web.Response(body=body, content_type="application/octet-stream", headers=headers)
     return json_response(body, headers=headers)
@@ -287,7 +302,7 @@ async def _events(request: web.Request) -> web.StreamResponse:
                     sent_version = state.version
                     await resp.write(_sse("live", {
                         "episodes": state.rows, "index_rows": state.index_rows,
-                        "health": state.health,
+                        "health": state.health, "steps": list(state.steps),
                     }))
             elif episode in state.summaries:
                 sig = state.sigs[episode]
@@ -309,16 +324,21 @@ async def _on_cleanup(app: web.Application) -> None:
     await app[FEED].close()
 
 
-def build_app(run_dir: str | Path, *, poll_interval: float = 0.25) -> web.Application:
-    """The viewer's aiohttp application for the run in ``run_dir`` (not started)."""
+def build_app(run_dir: str | Path, *, poll_interval: float = 0.25,
+              compare: Sequence[str | Path] = ()) -> web.Application:
+    """The viewer's aiohttp application for the run in ``run_dir`` (not started); runs in
+    ``compare`` are offered for run-against-run (the first one by default)."""
     path = Path(run_dir)
-    if not path.is_dir():
-        raise StoreError(f"{path} is not a run directory")
+    others = [Path(p) for p in compare]
+    for p in (path, *others):
+        if not p.is_dir():
+            raise StoreError(f"{p} is not a run directory")
     source = RunSource(path)
     app = web.Application(middlewares=[error_middleware], client_max_size=64 * 1024)
     app[SOURCE] = source
     app[FEED] = LiveFeed(source, poll_interval)
     app[STATIC] = _load_static()
+    app[RUNS] = RunRegistry(source, others)
     app.on_shutdown.append(_on_cleanup)
     r = app.router
     r.add_get("/", _page)
@@ -335,4 +355,5 @@ def build_app(run_dir: str | Path, *, poll_interval: float = 0.25) -> web.Applic
     r.add_get(base + "/traces/{t}/timing", _timing)
     r.add_get(base + "/traces/{t}/branches/{leaf}", _branch)
     r.add_get(base + "/traces/{t}/branches/{leaf}/tokens", _tokens)
+    add_rl_routes(r)
     return app

@@ -11,12 +11,15 @@ from .._errors import StoreError
 
 __all__ = ["HELP", "configure", "run"]
 
-HELP = "Serve the live web viewer of a run directory (loopback by default)."
+HELP = ("Serve the live web viewer of a run directory (loopback by default); a second run "
+        "is offered for run-against-run.")
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
     """Add the ``view`` arguments."""
     parser.add_argument("run_dir", metavar="RUN_DIR", help="run directory to view")
+    parser.add_argument("other", metavar="RUN_B", nargs="*",
+                        help="run(s) to compare it with, task by task (the first by default)")
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     parser.add_argument("--port", type=int, default=8765, help="port (default 8765; 0 = any)")
     parser.add_argument("--poll", type=float, default=0.25,
@@ -26,7 +29,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
 async def _serve(args: argparse.Namespace) -> None:
     from ._server import ViewServer
 
-    server = ViewServer(args.run_dir, host=args.host, port=args.port, poll_interval=args.poll)
+    server = ViewServer(args.run_dir, host=args.host, port=args.port, poll_interval=args.poll,
+                        compare=list(args.other))
     await server.start()
     print(f"tracewire view: serving {args.run_dir} at {server.url}", flush=True)
     try:

@@ -20,6 +20,7 @@ __all__ = [
     "bad_request",
     "error",
     "error_middleware",
+    "json_bytes",
     "json_response",
     "not_found",
     "param_bool",
@@ -37,10 +38,16 @@ ID_RE = re.compile(r"^[A-Za-z0-9_\-]{1,128}$")
 _Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
+def json_bytes(data: Any) -> bytes:
+    """``data`` as JSON by orjson (numpy arrays allowed, NaN as null); a big answer is encoded
+    in the worker thread that built it, not on the event loop."""
+    return orjson.dumps(data, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS)
+
+
 def json_response(data: Any, *, status: int = 200, headers: Mapping[str, str] | None = None
                   ) -> web.Response:
-    """A JSON response written by orjson (numpy arrays allowed, NaN as null)."""
-    body = orjson.dumps(data, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS)
+    """A JSON response (``data`` already encoded when it is ``bytes``)."""
+    body = data if isinstance(data, bytes) else json_bytes(data)
     return web.Response(
         body=body, status=status, content_type="application/json", headers=headers
     )

@@ -23,7 +23,7 @@ from ..store import COLUMNS, Run
 from ._cache import LRU
 
 __all__ = ["NUMERIC", "OPTIONAL", "RANGED", "ROW_COLUMNS", "SORTABLE", "TEXT", "IndexQuery",
-           "IndexTable"]
+           "IndexTable", "Snapshot"]
 
 #: Trainer and token-in/token-out columns, shown when this build's index has them (a run
 #: written by a build without them reads them as null).
@@ -35,7 +35,7 @@ NUMERIC = ("reward", "turns", "n_tokens", "errors", "duration", "started", "grou
 #: Columns with ``<name>_min`` / ``<name>_max`` filters besides ``reward``.
 RANGED = OPTIONAL
 #: Text columns kept in memory as category codes (sortable, equality-filterable).
-TEXT = ("env", "status", "stop", "task_key")
+TEXT = ("env", "status", "stop", "task_key", "group_id")
 #: Orderings the table accepts; ``arrival`` is the index's append order (``seq``).
 SORTABLE = ("arrival", *NUMERIC, *TEXT)
 #: Columns of a returned row (logical name -> index column).
@@ -43,7 +43,8 @@ ROW_COLUMNS: dict[str, str] = {
     "arrival": "seq", "id": "episode_id", "env": "env", "task_key": "task_key",
     "group_index": "group_index", "status": "status", "ok": "ok", "stop": "stop",
     "reward": "reward", "turns": "turns", "n_tokens": "n_tokens", "errors": "errors",
-    "duration": "duration", "started": "started", **{c: c for c in OPTIONAL},
+    "duration": "duration", "started": "started", "group_id": "group_id",
+    **{c: c for c in OPTIONAL},
 }  # fmt: skip
 
 
@@ -63,6 +64,18 @@ class IndexQuery:
     ranges: tuple[tuple[str, float | None, float | None], ...] = ()
     offset: int = 0
     limit: int = 50
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """One version of the table: ``seq``, numeric columns (NaN = null), text columns as
+    codes into ``values`` (append-only lists)."""
+
+    version: int
+    seq: NDArray[np.int64]
+    num: dict[str, NDArray[np.float64]]
+    codes: dict[str, NDArray[np.int32]]
+    values: dict[str, list[str | None]]
 
 
 class _Cats:
@@ -249,6 +262,14 @@ class IndexTable:
             rows = [by_seq[s] for s in picked if s in by_seq]
         return {"rows": rows, "total": total, "offset": q.offset, "limit": q.limit,
                 "sort": q.sort, "order": q.order}  # fmt: skip
+
+    def snapshot(self) -> Snapshot:
+        """The table's current arrays (caught up first): they are replaced, never changed in
+        place, when rows arrive, so a caller may read them without the lock."""
+        self.refresh()
+        with self._lock:
+            return Snapshot(self.version, self._seq, dict(self._num), dict(self._codes),
+                            {k: c.values for k, c in self._cats.items()})
 
     def count(self) -> int:
         """Number of indexed episodes (a cheap query; does not load the table)."""

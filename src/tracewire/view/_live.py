@@ -35,6 +35,7 @@ class LiveState:
     index_rows: int = 0
     gone: frozenset[str] = frozenset()
     health: dict[str, Any] = field(default_factory=dict)
+    steps: tuple[int, int] = (0, 0)
 
 
 class LiveFeed:
@@ -99,11 +100,12 @@ class LiveFeed:
         episodes = self.source.live()
         index_rows = self.source.index_count()
         health = self.source.health()
+        steps = self.source.steps_signature()
         stale = health["state"] == "needs_repair"
         sigs: dict[str, tuple[Any, ...]] = {}
         summaries: dict[str, dict[str, Any]] = {}
         rows: list[dict[str, Any]] = []
-        changed = index_rows != old.index_rows or health != old.health
+        changed = index_rows != old.index_rows or health != old.health or steps != old.steps
         for ep in episodes:
             sig = signature(ep)
             sigs[ep.id] = sig
@@ -127,6 +129,7 @@ class LiveFeed:
             index_rows=index_rows,
             gone=frozenset(self._seen - set(sigs)),
             health=health,
+            steps=steps,
         )
 
     async def _run(self) -> None:

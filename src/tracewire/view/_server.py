@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from types import TracebackType
@@ -18,7 +18,8 @@ __all__ = ["ViewServer"]
 
 
 class ViewServer:
-    """The web viewer of one run: ``await start()``, ``.url``, ``await stop()``."""
+    """The web viewer of one run (``compare``: runs offered for run-against-run):
+    ``await start()``, ``.url``, ``await stop()``."""
 
     def __init__(
         self,
@@ -27,12 +28,16 @@ class ViewServer:
         host: str = "127.0.0.1",
         port: int = 0,
         poll_interval: float = 0.25,
+        compare: Sequence[str | Path] = (),
     ) -> None:
         self.run_dir = Path(run_dir)
+        self.compare = [Path(p) for p in compare]
         self.host = host
         self.port = port
         self.poll_interval = poll_interval
         self.app: web.Application | None = None
+        #: The event loop serving (set by :meth:`start`; benches watch it for stalls).
+        self.loop: asyncio.AbstractEventLoop | None = None
         self._runner: web.AppRunner | None = None
 
     @property
@@ -52,7 +57,9 @@ class ViewServer:
 
     async def start(self) -> None:
         """Bind and start serving (port 0 picks a free port, reflected in ``.url``)."""
-        self.app = build_app(self.run_dir, poll_interval=self.poll_interval)
+        self.loop = asyncio.get_running_loop()
+        self.app = build_app(self.run_dir, poll_interval=self.poll_interval,
+                             compare=self.compare)
         # Open event streams never end by themselves: do not wait a minute for them on stop.
         runner = web.AppRunner(self.app, access_log=None, shutdown_timeout=2.0)
         await runner.setup()

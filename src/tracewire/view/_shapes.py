@@ -20,6 +20,7 @@ __all__ = [
     "branch_page",
     "episode_summary",
     "live_row",
+    "message_json",
     "signature",
     "timing",
     "token_window",
@@ -79,8 +80,19 @@ def trace_summary(index: int, trace: Trace) -> dict[str, Any]:
         "ok": trace.ok,
         "errors": _b(trace.errors),
         "timing": _b(trace.timing),
-        "pending": [_message(m) for m in trace.pending],
+        "pending": [message_json(m) for m in trace.pending],
+        "extra": heat_columns(trace),
     }
+
+
+def heat_columns(trace: Trace) -> list[str]:
+    """Extra token columns the token view can colour by: one number per token."""
+    out = []
+    for name in trace.tokens.extra_names():
+        spec = trace.tokens.spec(name)
+        if spec is not None and spec[1] == () and spec[0].kind in "fiub":
+            out.append(name)
+    return out
 
 
 def episode_summary(ep: Episode, *, live: bool) -> dict[str, Any]:
@@ -109,6 +121,7 @@ def live_row(ep: Episode) -> dict[str, Any]:
         "id": ep.id,
         "env": ep.env,
         "task_key": ep.task_key,
+        "group_id": ep.group_id,
         "group_index": ep.group_index,
         "n_nodes": sum(len(t.nodes) for t in ep.traces),
         "n_tokens": sum(len(t.tokens) for t in ep.traces),
@@ -135,7 +148,8 @@ def _text(s: str) -> tuple[str, bool]:
     return (s[:MAX_TEXT], True) if len(s) > MAX_TEXT else (s, False)
 
 
-def _message(m: Message) -> dict[str, Any]:
+def message_json(m: Message) -> dict[str, Any]:
+    """A message as the page shows it (long texts cut and flagged, binary parts named)."""
     d: dict[str, Any] = {"role": m.role}
     cut = False
     if isinstance(m.content, str):
@@ -197,7 +211,7 @@ def _node(index: int, node: Node, start: int, call: Call | None) -> dict[str, An
         "end": start + n,
         "has_tokens": node.has_tokens,
         "links": _b(node.links),
-        "message": _message(node.message),
+        "message": message_json(node.message),
         "call": None if call is None else _call(call),
     }
 
@@ -226,7 +240,7 @@ def branch_page(trace: Trace, leaf: int, offset: int, limit: int) -> dict[str, A
         "offset": offset,
         "limit": limit,
         "nodes": nodes,
-        "pending": [_message(m) for m in trace.pending] if leaf == len(trace.nodes) - 1 else [],
+        "pending": [message_json(m) for m in trace.pending] if leaf == len(trace.nodes) - 1 else [],
         "stop": trace.stop,
         "completed": trace.completed,
     }
@@ -263,21 +277,33 @@ def _le(arr: NDArray[Any], dtype: str) -> bytes:
     return np.ascontiguousarray(arr, dtype=np.dtype(dtype)).tobytes()
 
 
-def token_window(cols: dict[str, NDArray[Any]], start: int, end: int, fmt: str
-                 ) -> tuple[bytes | dict[str, Any], int]:
+def token_window(cols: dict[str, NDArray[Any]], start: int, end: int, fmt: str,
+                 *, kinds: bool = False) -> tuple[bytes | dict[str, Any], int]:
     """Tokens ``[start, end)`` of a branch: raw little-endian ``ids int32 | logprobs float32 |
-    mask uint8`` (``fmt="bin"``) or compact JSON columns; returns (body, total)."""
+    mask uint8``, then ``kind uint8`` when ``kinds`` and the extra column as ``float32``
+    when ``cols`` has one (``fmt="bin"``), or compact JSON columns; returns (body, total)."""
     total = int(cols["ids"].shape[0])
     end = min(end, total)
     start = min(start, end)
     ids, lp, mask = (cols[k][start:end] for k in ("ids", "logprobs", "mask"))
+    extra = cols.get("extra")
     if fmt == "bin":
-        return _le(ids, "<i4") + _le(lp, "<f4") + _le(mask, "u1"), total
-    return {
+        body = _le(ids, "<i4") + _le(lp, "<f4") + _le(mask, "u1")
+        if kinds:
+            body += _le(cols["kind"][start:end], "u1")
+        if extra is not None:
+            body += _le(extra[start:end], "<f4")
+        return body, total
+    out: dict[str, Any] = {
         "start": start,
         "end": end,
         "total": total,
         "ids": np.ascontiguousarray(ids),
         "mask": np.ascontiguousarray(mask),
         "logprobs": np.ascontiguousarray(lp),
-    }, total
+    }
+    if kinds:
+        out["kind"] = np.ascontiguousarray(cols["kind"][start:end])
+    if extra is not None:
+        out["extra"] = np.ascontiguousarray(extra[start:end])
+    return out, total

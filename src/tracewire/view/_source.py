@@ -17,7 +17,9 @@ from numpy.typing import NDArray
 from ..store import Run, open_run
 from ..trace import Episode
 from ._cache import LRU
+from ._groups import GroupTable
 from ._health import RunHealth
+from ._heat import token_kinds
 from ._index import IndexQuery, IndexTable
 from ._vocab import VocabTable, resolve_tokenizer
 
@@ -33,9 +35,10 @@ class RunSource:
         self.run_dir = run_dir
         self._run: Run | None = None
         self.index = IndexTable(self.run)
+        self.groups = GroupTable(self.index, self.run)
         self._lock = threading.Lock()
         self._episodes: LRU[str, Episode] = LRU(cache_episodes)
-        self._branches: LRU[tuple[str, int, int], Columns] = LRU(cache_branches)
+        self._branches: LRU[tuple[str, int, int, str | None], Columns] = LRU(cache_branches)
         self._live: dict[str, Episode] = {}
         self._vocab: VocabTable | None = None
         self._health: RunHealth | None = None
@@ -59,6 +62,15 @@ class RunSource:
             if self._vocab is None:
                 self._vocab = VocabTable(resolve_tokenizer(meta, self.run_dir))
             return self._vocab
+
+    def steps_signature(self) -> tuple[int, int]:
+        """Size and modification time of the run's per-step summary file ((0, 0) if none):
+        changes whenever ``tracewire train`` appends a step."""
+        try:
+            st = (self.run_dir / "train_steps.jsonl").stat()
+        except OSError:
+            return (0, 0)
+        return (st.st_size, st.st_mtime_ns)
 
     def health(self) -> dict[str, Any]:
         """Whether the run is being written, closed, or left by a crashed writer
@@ -104,15 +116,21 @@ class RunSource:
         live = self._live.get(episode_id)
         return None if live is None else (live, True)
 
-    def branch_columns(self, ep: Episode, live: bool, t: int, leaf: int) -> Columns:
-        """ids/mask/logprobs of the path root→``leaf`` of trace ``t`` (cached when final)."""
-        key = (ep.id, t, leaf)
+    def branch_columns(self, ep: Episode, live: bool, t: int, leaf: int,
+                       extra: str | None = None) -> Columns:
+        """ids/mask/logprobs/kind (see :mod:`._heat`) of the path root→``leaf`` of trace
+        ``t``, and extra column ``extra`` if asked (as ``extra``); cached when final."""
+        key = (ep.id, t, leaf, extra)
         if not live:
             cols = self._branches.get(key)
             if cols is not None:
                 return cols
-        b = ep.traces[t].branch(leaf)
-        cols = {"ids": b.ids, "mask": b.mask, "logprobs": b.logprobs}
+        tr = ep.traces[t]
+        b = tr.branch(leaf)
+        cols = {"ids": b.ids, "mask": b.mask, "logprobs": b.logprobs,
+                "kind": token_kinds(tr, b.nodes, self.vocab().boundary())}
+        if extra is not None:
+            cols["extra"] = np.asarray(b.column(extra), dtype=np.float32)
         if not live:
             # A non-contiguous branch is a concatenation: keep it rather than redo it for
             # every window the token view fetches.

@@ -3,8 +3,8 @@
 The page fetches the table once (``/api/vocab``) and looks every id up locally, so a
 1 M-token branch costs the server nothing per id. The table is built in a worker thread on
 first request and kept (one run, one tokenizer). Which tokenizer a run used: the directory
-named by ``tokenizer`` in the run's config (``Run.create(meta=...)``, kept under
-``meta["config"]``; token-in/token-out runs), else the built-in model's when the config's
+or GGUF file named by ``tokenizer`` in the run's config (``Run.create(meta=...)``, kept
+under ``meta["config"]``; token-in/token-out runs), else the built-in model's when the config's
 ``model`` names it; otherwise the page shows ids only.
 """
 
@@ -19,6 +19,7 @@ from typing import Any
 import orjson
 
 from .._errors import TracewireError
+from ._heat import Boundary
 
 __all__ = ["MAX_VOCAB", "TokenizerRef", "VocabTable", "resolve_tokenizer"]
 
@@ -31,8 +32,8 @@ SLICE = 4096
 
 @dataclass(frozen=True)
 class TokenizerRef:
-    """Which tokenizer a run used: ``kind`` "builtin" or "dir" (with ``path``), or None
-    with the ``reason`` no tokenizer is known."""
+    """Which tokenizer a run used: ``kind`` "builtin" or "dir" (a directory or GGUF file, with
+    ``path``), or None with the ``reason`` no tokenizer is known."""
 
     kind: str | None
     name: str
@@ -57,13 +58,19 @@ def resolve_tokenizer(meta: dict[str, Any], run_dir: Path) -> TokenizerRef:
         path = Path(named)
         # A relative directory is taken from where the run was made, else next to the run.
         for cand in (path, run_dir / path) if not path.is_absolute() else (path,):
-            if (cand / "tokenizer.json").is_file():
+            if (cand / "tokenizer.json").is_file() or (cand.is_file() and _is_gguf(cand)):
                 return TokenizerRef("dir", str(named), cand.resolve())
         return TokenizerRef(None, str(named),
                             reason=f"tokenizer directory {named!r} not found (ids only)")
     if config.get("model", meta.get("model")) == MODEL_NAME:
         return TokenizerRef("builtin", MODEL_NAME)
     return TokenizerRef(None, "", reason="the run records no tokenizer (ids only)")
+
+
+def _is_gguf(path: Path) -> bool:
+    from ..tito import is_gguf
+
+    return is_gguf(path)
 
 
 def _builtin_table() -> tuple[list[str], list[int]]:
@@ -74,18 +81,38 @@ def _builtin_table() -> tuple[list[str], list[int]]:
     return pieces, [i for i in range(tok.vocab_size) if tok.is_special(i)]
 
 
-def _dir_table(path: Path) -> tuple[list[str], list[int]]:
+def _load(path: Path) -> Any:
     from ..tito import ChatTokenizer
 
-    tok = ChatTokenizer(path)
-    n = min(tok.vocab_size, MAX_VOCAB)
-    fast = tok.hf.backend_tokenizer  # the Rust tokenizer: batch decodes, not n Python calls
+    return ChatTokenizer(path)
+
+
+def _file_table(tok: Any) -> tuple[list[str], list[int]]:
+    n = min(int(tok.vocab_size), MAX_VOCAB)
+    # The Rust tokenizer behind a directory batch-decodes; any other loader goes id by id.
+    fast = getattr(getattr(tok, "hf", None), "backend_tokenizer", None)
     pieces: list[str] = []
     for lo in range(0, n, SLICE):
-        batch = [[i] for i in range(lo, min(lo + SLICE, n))]
-        pieces += [str(p) for p in fast.decode_batch(batch, skip_special_tokens=False)]
+        hi = min(lo + SLICE, n)
+        if fast is not None:
+            batch = [[i] for i in range(lo, hi)]
+            pieces += [str(p) for p in fast.decode_batch(batch, skip_special_tokens=False)]
+        else:
+            pieces += [str(tok.id_text(i)) for i in range(lo, hi)]
         time.sleep(0)
-    return pieces, sorted(i for i in tok.special.values() if i < n)
+    return pieces, sorted(int(i) for i in tok.special.values() if int(i) < n)
+
+
+def _boundary(tok: Any) -> Boundary | None:
+    from ..tito import TemplateError, probe_family
+
+    try:
+        fam = probe_family(tok)
+    except (TemplateError, ValueError, KeyError, AttributeError):
+        return None
+    close = tok.token_id(fam.close) if fam.close else None
+    return Boundary(None if close is None else int(close),
+                    tuple(int(i) for i in tok.encode(fam.junction)) if fam.junction else ())
 
 
 def _dumps(table: dict[str, Any]) -> bytes:
@@ -106,6 +133,34 @@ class VocabTable:
         self.ref = ref
         self._lock = threading.Lock()
         self._body: bytes | None = None
+        self._tok: Any = None
+        self._tok_error: str | None = None
+        self._boundary: Boundary | None = None
+        self._boundary_done = False
+
+    def _tokenizer(self) -> Any:
+        # Loaded once (under the lock) for both the table and the turn boundary.
+        if self._tok is None and self._tok_error is None and self.ref.path is not None:
+            try:
+                self._tok = _load(self.ref.path)
+            except (TracewireError, OSError, ValueError) as exc:
+                self._tok_error = str(exc)
+        if self._tok is None:
+            raise ValueError(self._tok_error or "no tokenizer file")
+        return self._tok
+
+    def boundary(self) -> Boundary | None:
+        """The run's template turn boundary as ids (None for the built-in model, an unknown
+        tokenizer, or a template with none); blocks on first use."""
+        with self._lock:
+            if not self._boundary_done:
+                self._boundary_done = True
+                if self.ref.kind == "dir":
+                    try:
+                        self._boundary = _boundary(self._tokenizer())
+                    except ValueError:
+                        self._boundary = None
+            return self._boundary
 
     def body(self) -> bytes:
         """``{"known", "kind", "name", "size", "pieces", "special"}`` as JSON (blocks: call
@@ -124,8 +179,7 @@ class VocabTable:
             if ref.kind == "builtin":
                 pieces, special = _builtin_table()
             else:
-                assert ref.path is not None
-                pieces, special = _dir_table(ref.path)
+                pieces, special = _file_table(self._tokenizer())
         except (TracewireError, OSError, ValueError) as exc:
             # A broken or unreadable tokenizer must not break the page: ids only, with why.
             return {**head, "known": False, "reason": f"cannot load the tokenizer: {exc}",

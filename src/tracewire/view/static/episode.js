@@ -4,6 +4,7 @@
 import { ApiError, api, el, fmtNum, fmtSecs, setStatus } from "./util.js";
 import { TokenView, loadVocab } from "./tokens.js";
 import { waterfall } from "./plots.js";
+import { setKeys } from "./keys.js";
 
 const PAGE = 200;
 
@@ -18,7 +19,7 @@ function content(msg) {
   return c.map((p) => p.omitted ? el("div", { class: "muted" }, `[${p.type}]`) : el("div", {}, p.text));
 }
 
-function bubble(msg, extra) {
+export function bubble(msg, extra) {
   const who = [msg.role];
   if (msg.name) who.push(msg.name);
   if (msg.tool_call_id) who.push("result of " + msg.tool_call_id);
@@ -78,6 +79,7 @@ export async function renderEpisode(app, id, params) {
   app.replaceChildren(header, traceTabs, traceInfo,
     el("div", { class: "row" }, el("label", {}, "branch ", branchSel)), viewTabs, body);
 
+  const groupKey = ep.group_id || "task:" + ep.task_key;
   const trace = () => ep.traces[st.t];
   const lastNode = () => trace().n_nodes - 1;
   const setHash = () => history.replaceState(null, "",
@@ -91,7 +93,9 @@ export async function renderEpisode(app, id, params) {
           "stale: its writer crashed; run `tracewire check --repair` to store it as incomplete")
           : ep.live ? el("span", { class: "live-badge", "data-testid": "live-badge" }, "live") : null),
       el("dl", { class: "kv" },
-        el("dt", {}, "env / task"), el("dd", {}, `${ep.env} / ${ep.task_key} (group ${ep.group_index})`),
+        el("dt", {}, "env / task"), el("dd", {}, `${ep.env} / ${ep.task_key} `,
+          el("a", { href: "#/groups/" + encodeURIComponent(groupKey), "data-testid": "episode-group" },
+            `(rollout ${ep.group_index} of its group)`)),
         el("dt", {}, "reward"), el("dd", { "data-testid": "episode-reward" }, fmtNum(ep.reward)),
         el("dt", {}, "ok"), el("dd", {}, String(ep.ok)),
         ...(ep.info && (ep.info.step !== undefined || ep.info.policy_version !== undefined) ? [
@@ -158,7 +162,7 @@ export async function renderEpisode(app, id, params) {
       const [b, vocab] = await Promise.all([
         api(`${base}/traces/${st.t}/branches/${st.leaf}?limit=1`), loadVocab()]);
       st.tokens = new TokenView(holder, `${base}/traces/${st.t}/branches/${st.leaf}/tokens`,
-        leafInfo ? leafInfo.n_tokens : b.n_tokens, vocab);
+        leafInfo ? leafInfo.n_tokens : b.n_tokens, vocab, trace().extra || []);
     } else {
       const canvas = el("canvas", { class: "waterfall", "data-testid": "waterfall" });
       body.replaceChildren(canvas);
@@ -199,8 +203,23 @@ export async function renderEpisode(app, id, params) {
     await renderTrace();
   }
 
+  // n / p: the next / previous rollout of this episode's group (best first, as listed there).
+  let siblings = null;
+  const sibling = async (k) => {
+    if (siblings === null) {
+      try { siblings = (await api("/api/groups/" + encodeURIComponent(groupKey))).rollouts.map((r) => r.id); }
+      catch (err) { siblings = []; }
+    }
+    const i = siblings.indexOf(id);
+    if (i >= 0 && siblings.length > 1) location.hash = "#/episodes/" + siblings[(i + k + siblings.length) % siblings.length];
+  };
+  const tabKey = (k) => () => { st.tab = k; renderTrace(); };
+  setKeys({ n: ["next rollout of the group", () => sibling(1)], p: ["previous rollout of the group", () => sibling(-1)],
+    "1": ["conversation", tabKey("chat")], "2": ["tokens", tabKey("tokens")], "3": ["timing", tabKey("timing")],
+    u: ["up to the group", () => { location.hash = "#/groups/" + encodeURIComponent(groupKey); }] });
   branchSel.addEventListener("change", () => { st.leaf = Number(branchSel.value); renderTrace(); });
   await renderTrace();
+
 
   let events = null, queue = Promise.resolve();
   if (ep.stale) setStatus("needs repair");

@@ -2,6 +2,7 @@
 // (sorted, filtered and paginated by the server).
 import { api, el, fmtNum, fmtSecs, fmtTime, setStatus } from "./util.js";
 import { histogram, lineChart, stepChart } from "./plots.js";
+import { tableNav } from "./keys.js";
 
 // Optional index columns (shown when the run has values): key -> header label.
 const OPTIONAL = { step: "step", policy_version: "policy", tito_mismatch: "tito mismatch" };
@@ -21,6 +22,11 @@ function cell(key, row) {
     case "reward": return el("td", { class: "num" }, fmtNum(v));
     case "duration": return el("td", { class: "num" }, fmtSecs(v));
     case "started": return el("td", {}, fmtTime(v));
+    case "task_key": {
+      const key = row.group_id || "task:" + v;
+      return el("td", {}, el("a", { href: "#/groups/" + encodeURIComponent(key), "data-testid": "group-link",
+        title: "the group of rollouts of this task", onclick: (ev) => ev.stopPropagation() }, v ?? "–"));
+    }
     case "arrival": case "turns": case "n_tokens": case "errors": case "group_index":
     case "step": case "policy_version": case "tito_mismatch":
       return el("td", { class: "num" }, fmtNum(v));
@@ -40,8 +46,12 @@ export async function renderRun(app, params) {
   for (const f of FILTERS) state[f] = params.get(f) || "";
 
   // Times in the run metadata are epoch seconds; show them as dates.
-  const metaValue = (k, v) => (typeof v === "number" && /^(created|started|ended|finished)/.test(k)
-    ? fmtTime(v) : typeof v === "object" ? JSON.stringify(v) : String(v));
+  const metaValue = (k, v) => {
+    if (typeof v === "number" && /^(created|started|ended|finished)/.test(k)) return fmtTime(v);
+    const text = typeof v === "object" ? JSON.stringify(v) : String(v);
+    // Long values (a run's config) are cut so the card leaves room for the plots.
+    return text.length > 90 ? el("span", { title: text }, text.slice(0, 88) + "…") : text;
+  };
   const metaBox = el("dl", { class: "kv card", "data-testid": "run-meta" },
     el("dt", {}, "run"), el("dd", {}, info.dir),
     el("dt", {}, "episodes"), el("dd", { "data-testid": "run-count" }, fmtNum(info.episodes)),
@@ -178,8 +188,9 @@ export async function renderRun(app, params) {
   }
 
   renderLive([]);
+  tableNav(() => [...table.querySelectorAll("tbody tr")]);
   await Promise.all([loadTable(), loadPlots()]);
-  let indexRows = info.episodes;
+  let indexRows = info.episodes, stepsSig = null;
   const events = new EventSource("/api/events");
   events.addEventListener("live", (ev) => {
     const d = JSON.parse(ev.data);
@@ -187,11 +198,15 @@ export async function renderRun(app, params) {
     renderLive(d.episodes);
     setStatus(health.state === "needs_repair" ? "needs repair"
       : d.episodes.length ? `${d.episodes.length} running` : "");
+    const sig = String(d.steps);
     if (d.index_rows !== indexRows) {
       indexRows = d.index_rows;
       document.querySelector("[data-testid=run-count]").textContent = fmtNum(indexRows);
       loadTable(); loadPlots();
+    } else if (stepsSig !== null && sig !== stepsSig) {
+      loadPlots();  // `tracewire train` wrote a step summary
     }
+    stepsSig = sig;
   });
   return () => { events.close(); setStatus(""); };
 }

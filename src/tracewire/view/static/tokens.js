@@ -4,7 +4,10 @@
 // what a screenful costs.
 // When the run's tokenizer is known, each id shows its text piece (from a vocabulary table
 // fetched once per page load; special tokens marked), else the id.
-import { api, el } from "./util.js";
+// Heat: sampled, trained tokens are coloured by logprob (or by an extra per-token column such
+// as entropy, scaled to its range over the branch); prompt tokens are grey, junction tokens
+// (template text between turns) hatched blue, sampled tokens left out of the loss hatched grey.
+import { api, el, heatHue } from "./util.js";
 
 const CHUNK = 4096, KEEP_CHUNKS = 64, ROW_H = 18, CELL_W = 57, POS_W = 72, OVERSCAN = 6;
 const MAX_H = 8_000_000;  // stay well under the browsers' element height limits
@@ -26,17 +29,29 @@ export function showPiece(text) {
     .replace(/[\u0000-\u001f]/g, (c) => "\\x" + c.charCodeAt(0).toString(16).padStart(2, "0"));
 }
 
-function colour(mode, mask, lp) {
-  if (mode === "mask") return mask ? "#bfe6bf" : "#eceff3";
-  if (!mask) return "#eceff3";
-  if (Number.isNaN(lp)) return "#dfe3ea";
-  const p = Math.exp(lp);
-  return `hsl(${Math.round(p * 120)}, 70%, 78%)`;
+// Token kinds as the server codes them (see the viewer's _heat module).
+export const KIND_NAMES = ["prompt", "sampled", "sampled, masked out", "junction", "prompt, trained"];
+const KIND_BG = ["#eceff3", null, "#d5d8dc", "#c9dafc", "#f6e7c8"];
+
+// Background and hue (null when the token is not on the heat scale) of one token.
+function colour(mode, t, scale) {
+  if (mode === "mask") return [t.mask ? "#bfe6bf" : KIND_BG[t.kind] || "#eceff3", null];
+  if (t.kind !== 1) return [KIND_BG[t.kind] || "#eceff3", null];
+  if (mode === "logprob") {
+    if (Number.isNaN(t.lp)) return ["#dfe3ea", null];
+    const h = heatHue(t.lp);
+    return [`hsl(${h}, 70%, 78%)`, h];
+  }
+  // An extra column: low values green, high values red (entropy: sure .. unsure).
+  if (t.extra === null || Number.isNaN(t.extra) || !scale) return ["#dfe3ea", null];
+  const span = scale.hi > scale.lo ? scale.hi - scale.lo : 1;
+  const h = Math.round((1 - Math.max(0, Math.min(1, (t.extra - scale.lo) / span))) * 120);
+  return [`hsl(${h}, 70%, 78%)`, h];
 }
 
 export class TokenView {
-  constructor(root, url, total, vocab) {
-    this.url = url; this.total = total; this.mode = "logprob";
+  constructor(root, url, total, vocab, extras = []) {
+    this.url = url; this.total = total; this.mode = "logprob"; this.scale = null;
     this.vocab = vocab && vocab.known ? vocab : null;
     this.showText = this.vocab !== null;
     this.chunks = new Map(); this.inflight = new Map();
@@ -46,8 +61,14 @@ export class TokenView {
     this.jump = el("input", { type: "number", min: 0, placeholder: "go to position",
       "data-testid": "token-jump" });
     const modeSel = el("select", { "data-testid": "token-colour" },
-      el("option", { value: "logprob" }, "colour by logprob"), el("option", { value: "mask" }, "colour by mask"));
-    modeSel.addEventListener("change", () => { this.mode = modeSel.value; this.render(); });
+      el("option", { value: "logprob" }, "colour by logprob"), el("option", { value: "mask" }, "colour by mask"),
+      ...extras.map((x) => el("option", { value: "extra:" + x }, "colour by " + x)));
+    modeSel.addEventListener("change", () => {
+      const was = this.extraName();
+      this.mode = modeSel.value;
+      if (this.extraName() !== was) { this.chunks.clear(); this.scale = null; }
+      this.render();
+    });
     this.jump.addEventListener("change", () => this.scrollTo(Number(this.jump.value)));
     this.count = el("span", { "data-testid": "token-count" });
     const textSel = this.vocab ? el("select", { "data-testid": "token-show" },
@@ -59,7 +80,9 @@ export class TokenView {
       el("div", { class: "legend" }, this.count, modeSel, textSel, this.jump, tokName,
         el("span", {}, el("span", { class: "swatch", style: "background:hsl(0,70%,78%)" }), " p≈0"),
         el("span", {}, el("span", { class: "swatch", style: "background:hsl(120,70%,78%)" }), " p≈1 (trained)"),
-        el("span", {}, el("span", { class: "swatch", style: "background:#eceff3" }), " not trained")),
+        el("span", {}, el("span", { class: "swatch", style: "background:#eceff3" }), " prompt"),
+        el("span", {}, el("span", { class: "swatch k3", style: "background-color:#c9dafc" }), " junction"),
+        el("span", {}, el("span", { class: "swatch k2", style: "background-color:#d5d8dc" }), " sampled, not trained")),
       this.box, this.info);
     this.box.addEventListener("scroll", () => this.schedule());
     this.box.addEventListener("mouseover", (ev) => this.hover(ev.target));
@@ -69,6 +92,8 @@ export class TokenView {
   }
 
   destroy() { this.resize.disconnect(); }
+
+  extraName() { return this.mode.startsWith("extra:") ? this.mode.slice(6) : null; }
 
   setTotal(total) {
     if (total === this.total) return;
@@ -112,13 +137,20 @@ export class TokenView {
     const have = this.chunks.get(c);
     if (have) { this.chunks.delete(c); this.chunks.set(c, have); return have; }
     if (!this.inflight.has(c)) {
-      const start = c * CHUNK, end = Math.min(start + CHUNK, this.total);
-      const p = fetch(`${this.url}?start=${start}&end=${end}&format=bin`).then(async (resp) => {
+      const start = c * CHUNK, end = Math.min(start + CHUNK, this.total), extra = this.extraName();
+      const more = extra === null ? "" : "&extra=" + encodeURIComponent(extra);
+      const p = fetch(`${this.url}?start=${start}&end=${end}&format=bin&kinds=1${more}`).then(async (resp) => {
         if (!resp.ok) throw new Error(`tokens ${start}-${end}: ${resp.status}`);
         const buf = await resp.arrayBuffer();
+        if (extra !== this.extraName()) return;  // the colour mode changed meanwhile
         const n = Number(resp.headers.get("X-Token-End")) - Number(resp.headers.get("X-Token-Start"));
+        // The extra column starts at byte 10n, not 4-aligned: copy it out.
         this.chunks.set(c, { start, n, ids: new Int32Array(buf, 0, n),
-          lp: new Float32Array(buf, 4 * n, n), mask: new Uint8Array(buf, 8 * n, n) });
+          lp: new Float32Array(buf, 4 * n, n), mask: new Uint8Array(buf, 8 * n, n),
+          kind: new Uint8Array(buf, 9 * n, n),
+          extra: extra === null ? null : new Float32Array(buf.slice(10 * n, 14 * n)) });
+        if (extra !== null && resp.headers.get("X-Extra-Min") !== null)
+          this.scale = { lo: Number(resp.headers.get("X-Extra-Min")), hi: Number(resp.headers.get("X-Extra-Max")) };
         while (this.chunks.size > KEEP_CHUNKS) this.chunks.delete(this.chunks.keys().next().value);
         this.schedule();
       }).catch((err) => { this.info.textContent = String(err.message || err); })
@@ -132,7 +164,8 @@ export class TokenView {
     const ch = this.chunk(Math.floor(pos / CHUNK));
     if (!ch || pos - ch.start >= ch.n) return null;
     const k = pos - ch.start;
-    return { id: ch.ids[k], lp: ch.lp[k], mask: ch.mask[k] };
+    return { id: ch.ids[k], lp: ch.lp[k], mask: ch.mask[k], kind: ch.kind[k],
+      extra: ch.extra ? ch.extra[k] : null };
   }
 
   render() {
@@ -150,8 +183,9 @@ export class TokenView {
         if (!t) { row.append(el("span", { class: "tok", "data-pos": pos }, "…")); continue; }
         const piece = this.piece(t.id);
         const special = this.vocab && this.vocab.special.has(t.id);
-        row.append(el("span", { class: special ? "tok special" : "tok", "data-pos": pos, "data-id": t.id,
-          "data-mask": t.mask, style: `background:${colour(this.mode, t.mask, t.lp)}` },
+        const [bg, hue] = colour(this.mode, t, this.scale);
+        row.append(el("span", { class: `tok k${t.kind}${special ? " special" : ""}`, "data-pos": pos, "data-id": t.id,
+          "data-mask": t.mask, "data-kind": t.kind, "data-hue": hue, style: `background-color:${bg}` },
         this.showText && piece !== null ? showPiece(piece) : String(t.id)));
       }
       frag.append(row);
@@ -171,6 +205,8 @@ export class TokenView {
     const lp = Number.isNaN(t.lp) ? "–" : `${t.lp.toFixed(4)} (p=${Math.exp(t.lp).toFixed(3)})`;
     const piece = this.piece(t.id);
     const text = piece === null ? "" : ` · text ${JSON.stringify(piece)}${this.vocab.special.has(t.id) ? " (special)" : ""}`;
-    this.info.textContent = `pos ${pos} · id ${t.id}${text} · logprob ${lp} · ${t.mask ? "trained" : "not trained"}`;
+    const extra = t.extra === null ? "" : ` · ${this.extraName()} ${Number.isNaN(t.extra) ? "–" : t.extra.toFixed(4)}`;
+    this.info.textContent = `pos ${pos} · id ${t.id}${text} · logprob ${lp}${extra} · ` +
+      `${t.mask ? "trained" : "not trained"} · ${KIND_NAMES[t.kind] || "?"}`;
   }
 }

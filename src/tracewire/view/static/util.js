@@ -55,3 +55,31 @@ export function setStatus(text) {
 export function showError(target, err) {
   target.replaceChildren(el("p", { class: "err", "data-testid": "error" }, String(err.message || err)));
 }
+
+// Colour of a logprob on the heat scale: hue 0 (p≈0, red) .. 120 (p≈1, green).
+export function heatHue(lp) { return Math.round(Math.max(0, Math.min(1, Math.exp(lp))) * 120); }
+
+// A sortable header cell: clicking flips the order of an active column or activates it.
+export function sortHeader(state, key, label, reload, firstOrder = "asc") {
+  const cls = state.sort === key ? "sorted-" + state.order : null;
+  return el("th", { class: cls, "data-col": key, "data-testid": "col-" + key,
+    onclick: () => {
+      if (state.sort === key) state.order = state.order === "asc" ? "desc" : "asc";
+      else { state.sort = key; state.order = firstOrder; }
+      state.offset = 0; reload();
+    } }, label);
+}
+
+// Live index changes: calls onChange(event data) when episodes arrive or in-flight ones move.
+export function followRun(onChange) {
+  const events = new EventSource("/api/events");
+  let rows = null, steps = null;
+  events.addEventListener("live", (ev) => {
+    const d = JSON.parse(ev.data);
+    const grew = rows !== null && d.index_rows !== rows;
+    const stepsMoved = steps !== null && String(d.steps) !== steps;
+    rows = d.index_rows; steps = String(d.steps);
+    onChange(d, { grew, stepsMoved });
+  });
+  return () => events.close();
+}
