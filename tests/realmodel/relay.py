@@ -99,13 +99,14 @@ class Relay:
         async with up:
             async for chunk in up.content.iter_any():
                 got += chunk
-                if delivered:
-                    try:
-                        await out.write(chunk)
-                    except (ConnectionError, aiohttp.ClientConnectionResetError):
-                        # The client hung up (the proxy refused a reply mid-stream): the
-                        # rest is still read, so the record is the server's whole answer.
-                        delivered = False
+                try:
+                    await out.write(chunk)
+                except (ConnectionError, aiohttp.ClientConnectionResetError):
+                    # The client hung up (the proxy gave up on a stream): hang up on the
+                    # server too, as the client's own close would have; the record keeps
+                    # what had arrived.
+                    delivered = False
+                    break
         if request.path != "/health":
             self._keep(Record(request.path, body, up.status, bytes(got), delivered))
         if delivered:

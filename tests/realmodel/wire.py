@@ -136,6 +136,17 @@ def check_against_wire(trace: Trace, turns: list[Turn], at: int = 0) -> Checked:
         assert at < len(turns), f"call {k} has no exchange on the wire"
         turn = turns[at]
         at += 1
+        if turn.refused and "stream_resumed_unstreamed" in call.flags:
+            # The stream lost ids; the proxy asked for the rest unstreamed, from the ids it
+            # had: one answer over two exchanges.
+            assert at < len(turns), f"call {k}: no resumed exchange"
+            rest = turns[at]
+            at += 1
+            kept = rest.prompt[len(turn.prompt):]
+            assert rest.prompt[:len(turn.prompt)] == turn.prompt and not rest.stream
+            assert turn.ids[:len(kept)] == kept, f"call {k}: resumed from other ids"
+            turn = Turn(turn.prompt, kept + rest.ids, turn.logprobs[:len(kept)] +
+                        rest.logprobs, rest.stop_type, True, turn.request)
         assert not turn.refused, f"call {k} was recorded from a refused answer"
         if done:
             head = done[-1].prompt + done[-1].ids
