@@ -22,7 +22,7 @@ import pytest
 
 from tracewire.compose import evaluate
 
-from .known import KNOWN, REASON, LengthCutCloseCounted, StreamWithheldRefused
+from .known import KNOWN, REASON, LengthCutCloseCounted
 from .relay import gone, pids, read_log, wrapper_script
 from .wire import check_against_wire, completion_turns
 
@@ -55,16 +55,16 @@ async def test_eval_on_the_engine_is_token_exact_on_the_wire(
     episodes = list(result.run.episodes())
     assert len(episodes) == result.summary.episodes
     reports = []
-    refused: list[str] = []
+    failed: list[str] = []
     for ep in episodes:
         for trace in ep.traces:
             got = check_against_wire(trace, turns, at)
             at = got.at
             assert got.rerenders == sum(trace.info["tito"]["rerenders"].values())
-            refused += got.errors
+            failed += got.errors
             reports.append((trace.info["tito"], trace.calls[-1].finish_reason))
     assert at == len(turns)  # every exchange on the wire belongs to a recorded call
-    assert all("withheld" in e for e in refused), refused  # no other failure
+    assert not failed, failed
     if env == SDK_LOOP:
         # The SDK asked both ways; the proxy streamed from the engine when it streamed.
         assert {t.stream for t in turns} == {False, True}
@@ -78,8 +78,6 @@ async def test_eval_on_the_engine_is_token_exact_on_the_wire(
         raise LengthCutCloseCounted(bad)
     assert not bad, bad
     assert result.summary.tito_mismatch == 0
-    if refused:
-        raise StreamWithheldRefused(refused)
 
 
 def test_eval_command_starts_and_stops_the_engine(tmp_path: Path, llama_server_bin: Path,
