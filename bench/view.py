@@ -28,7 +28,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import emit, median_ms
-from tracewire.store import COLUMNS, Run
+from tracewire.store import COLUMNS, ROW_CRC, Run, row_crc
 from tracewire.trace import Episode, Message
 from tracewire.view import ViewServer
 
@@ -52,8 +52,9 @@ CASES = {
 def insert_sql() -> str:
     """Upsert of one index row in the run's ``index.sqlite`` (table ``episodes``), built from
     the store's public column list; a bench shortcut that writes no records."""
-    names = ", ".join(f'"{n}"' for n in COLUMNS)
-    return f"INSERT OR REPLACE INTO episodes ({names}) VALUES ({', '.join('?' for _ in COLUMNS)})"
+    cols = [*COLUMNS, ROW_CRC]
+    names = ", ".join(f'"{n}"' for n in cols)
+    return f"INSERT OR REPLACE INTO episodes ({names}) VALUES ({', '.join('?' for _ in cols)})"
 
 
 def fill(path: Path) -> None:
@@ -66,8 +67,10 @@ def fill(path: Path) -> None:
         1.0, 1000.0 + i, 0, i * 100, 100, 0, None, None) for i in range(N)]  # fmt: skip
     conn = sqlite3.connect(path / "index.sqlite")
     with conn:
-        # Columns added after these rows were written down are left null.
-        conn.executemany(insert_sql(), [r + (None,) * (len(COLUMNS) - len(r)) for r in rows])
+        # Columns added after these rows were written down are left null; readers check
+        # each row's checksum.
+        padded = [r + (None,) * (len(COLUMNS) - len(r)) for r in rows]
+        conn.executemany(insert_sql(), [(*r, row_crc(r)) for r in padded])
     conn.close()
 
 
@@ -146,7 +149,8 @@ def fill_groups(path: Path) -> None:
             "offset": i * 100, "length": 100, "crc": 0, "step": g // 1000,
             "policy_version": g // 1000,
         })  # fmt: skip
-        rows.append(tuple(row[c] for c in COLUMNS))
+        values = tuple(row[c] for c in COLUMNS)
+        rows.append((*values, row_crc(values)))  # readers check every row's checksum
     conn = sqlite3.connect(path / "index.sqlite")
     with conn:
         conn.executemany(insert_sql(), rows)

@@ -145,16 +145,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     # Everything imported so far lives as long as the process: take it out of the garbage
     # collector's reach, so a full collection scans only what the command creates (full
     # passes over the start-up objects otherwise stall the event loop).
+    if not getattr(args, "tokenizer", None):
+        gc.freeze()
+        return int(command.run(args))
+    # Every command given --tokenizer: a bad path or a missing extra is one line and exit 2
+    # before anything starts, and so is a tokenizer that fails to load later. (Only then is
+    # tito imported: it costs other commands ~0.2 s.)
+    from .tito import check_tokenizer
     from .tito._errors import TemplateError, TitoUnavailableError
 
     gc.freeze()
     try:
-        if getattr(args, "tokenizer", None):
-            # Every command taking --tokenizer: a bad path or a missing extra is one line
-            # and exit 2 before anything starts (a file that fails to load, below).
-            from .tito import check_tokenizer
-
-            check_tokenizer(args.tokenizer)
+        check_tokenizer(args.tokenizer)
         return int(command.run(args))
     except (TemplateError, TitoUnavailableError) as exc:
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__

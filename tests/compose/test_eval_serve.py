@@ -88,6 +88,8 @@ async def test_a_dead_worker_is_a_failed_rollout_that_resume_runs_again(
     assert res.summary.errors == {"serve:WorkerDiedError": 1}
     failed = [e for e in open_run(out).episodes() if not e.ok]
     assert [e.task_key for e in failed] == ["crash-000"] and failed[0].info["incomplete"]
+    # What had arrived of it is in that failed episode: no journal is left to recover.
+    assert not open_run(out).live() and not list((out / "live").iterdir())
     # Not retried by the eval (at most once); --resume runs just that rollout again.
     again = await evaluate(CRASH_ENV, out=out, backend="process", workers=1, resume=True)
     assert (again.summary.episodes, again.summary.skipped, again.summary.ok) == (1, 2, 1)
@@ -113,3 +115,17 @@ def test_workers_load_a_file_environment_by_its_absolute_path(
     assert worker_ref("crash_env.py:environment") == f"{CRASH_ENV}:environment"
     assert worker_ref("arithmetic") == "arithmetic"
     assert worker_ref("missing.py") == "missing.py"  # left for the loader to report
+
+
+async def test_an_environment_loaded_first_keeps_its_file_reference_for_workers(
+        tmp_path: Path) -> None:
+    # `tracewire eval FILE.py --backend process` loads the environment before evaluating:
+    # the workers must still be sent the file, not the environment's bare name.
+    from tracewire.env import load_environment
+
+    env = load_environment(str(Path(__file__).parents[2] / "examples" / "word_problems.py"))
+    assert env.ref is not None and env.ref.endswith("word_problems.py")
+    res = await evaluate(env, n=2, r=1, out=tmp_path / "run", backend="process", workers=1,
+                         concurrency=2)
+    episodes = list(open_run(tmp_path / "run").episodes())
+    assert len(episodes) == 2 and all(e.ok for e in episodes), res.reason

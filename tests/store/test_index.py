@@ -49,6 +49,7 @@ async def test_an_index_without_the_appended_columns_still_opens(tmp_path: Path)
         conn.execute("ALTER TABLE episodes DROP COLUMN step")
         conn.execute("ALTER TABLE episodes DROP COLUMN policy_version")
         conn.execute("ALTER TABLE episodes DROP COLUMN tito_mismatch")
+        conn.execute("ALTER TABLE episodes DROP COLUMN row_crc")
     conn.close()
     with open_run(run_dir) as r:
         assert [(x.episode_id, x.step) for x in r.rows()] == [(old.id, None)]
@@ -60,7 +61,7 @@ async def test_an_index_without_the_appended_columns_still_opens(tmp_path: Path)
     conn = sqlite3.connect(run_dir / "index.sqlite")
     names = [r[1] for r in conn.execute("PRAGMA table_info(episodes)")]
     conn.close()
-    assert names[1:] == list(COLUMNS)
+    assert names[1:] == [*COLUMNS, "row_crc"]
     with open_run(run_dir) as r:
         assert [(x.step, x.policy_version) for x in r.rows()] == [(None, None), (None, 9)]
         report = r.verify()  # the old row lacks the step its record holds: a repair adds it
@@ -68,6 +69,38 @@ async def test_an_index_without_the_appended_columns_still_opens(tmp_path: Path)
     assert Run.repair(run_dir).ok
     with open_run(run_dir) as r:
         assert [x.step for x in r.rows()] == [5, None]
+
+
+async def test_rows_of_an_index_without_checksums_get_them_when_a_writer_resumes(
+    tmp_path: Path,
+) -> None:
+    run_dir = tmp_path / "r"
+    eps = [build(s, turns=1, n=8) for s in range(3)]
+    async with await Run.create(run_dir) as run:
+        for ep in eps:
+            await run.append(ep)
+    conn = sqlite3.connect(run_dir / "index.sqlite")
+    with conn:
+        conn.execute("ALTER TABLE episodes DROP COLUMN row_crc")  # as a build before it
+    conn.close()
+    with open_run(run_dir) as r:  # opens; its rows cannot be checked, only read
+        assert [x.episode_id for x in r.rows()] == [e.id for e in eps]
+        assert r.verify().ok
+    async with await Run.create(run_dir, resume=True) as run:
+        await run.append(build(9, turns=1, n=8))
+    conn = sqlite3.connect(run_dir / "index.sqlite")
+    with conn:
+        conn.execute("UPDATE episodes SET reward = 0.25 WHERE seq = 1")  # an old row
+    conn.close()
+    with open_run(run_dir) as r:
+        with pytest.raises(StoreError, match=r"index row seq 1 .* does not match its checksum"):
+            r.rows()
+        with pytest.raises(StoreError, match="seq 1"):
+            r.index_since(0, ["seq", "reward"])
+        assert r.index_since(1, ["seq"]) == [(2,), (3,), (4,)]  # the other rows still read
+    assert Run.repair(run_dir).ok
+    with open_run(run_dir) as r:
+        assert [x.reward for x in r.rows()] == [float(s % 2) for s in (0, 1, 2, 9)]
 
 
 async def test_index_head_since_and_at(tmp_path: Path) -> None:

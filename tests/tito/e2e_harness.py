@@ -21,6 +21,9 @@ from tracewire.tito import PromptBuilder, parse_completion
 from .helpers import TOOLS, completion_text, sample_ids
 
 TURNS = 20
+#: Room for the fakes' non-canonical samples (one token per character run past 64 ids): the
+#: proxy refuses a reply with more ids than the request asked for.
+MAX_TOKENS = 256
 ANTHROPIC_TOOLS = [{"name": "lookup", "description": "Look a key up.",
                     "input_schema": TOOLS[0]["function"]["parameters"]}]
 RESPONSES_TOOLS = [{"type": "function", "name": "lookup", "description": "Look a key up.",
@@ -102,7 +105,7 @@ async def chat_loop(s: Session, stream: bool, turns: int = TURNS,
     try:
         for _ in range(turns):
             kw: dict[str, Any] = {"model": "m", "messages": msgs, "tools": TOOLS,
-                                  "max_tokens": 64}
+                                  "max_tokens": MAX_TOKENS}
             if stream:
                 content, calls = "", {}
                 async for ch in await client.chat.completions.create(stream=True, **kw):
@@ -143,7 +146,7 @@ async def responses_loop(s: Session, stream: bool, turns: int = TURNS) -> None:
     try:
         for _ in range(turns):
             kw: dict[str, Any] = {"model": "m", "input": items, "tools": RESPONSES_TOOLS,
-                                  "max_output_tokens": 64, "instructions": "Be brief."}
+                                  "max_output_tokens": MAX_TOKENS, "instructions": "Be brief."}
             if stream:
                 r = None
                 async for ev in await client.responses.create(stream=True, **kw):
@@ -169,7 +172,7 @@ async def messages_loop(s: Session, stream: bool, turns: int = TURNS) -> None:
     msgs: list[Any] = [{"role": "user", "content": "look keys up"}]
     try:
         for _ in range(turns):
-            kw: dict[str, Any] = {"model": "m", "max_tokens": 64, "messages": msgs,
+            kw: dict[str, Any] = {"model": "m", "max_tokens": MAX_TOKENS, "messages": msgs,
                                   "tools": ANTHROPIC_TOOLS, "system": "Be brief."}
             if stream:
                 async with client.messages.stream(**kw) as st:

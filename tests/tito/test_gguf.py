@@ -24,6 +24,8 @@ from tracewire.tito.fixtures import build_gguf_file, build_tokenizer_dir
 @pytest.fixture(autouse=True)
 def _own_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TRACEWIRE_CACHE", str(tmp_path / "cache"))
+    # Fixture vocabularies build in milliseconds; cache them anyway to test the cache.
+    monkeypatch.setattr(gguf_mod, "CACHE_MIN_BUILD_S", 0.0)
     gguf_mod._memo.clear()
 
 
@@ -63,7 +65,8 @@ def test_gguf_renders_and_probes_as_its_directory(
         assert g.render(msgs) == d.render(msgs)
         bg, bd = PromptBuilder(g), PromptBuilder(d)
         assert bg.family == bd.family
-        assert bg.render_full(msgs).ids == bd.render_full(msgs).ids
+        fg, fd = bg.render_full(msgs), bd.render_full(msgs)
+        assert (fg.ids, fg.spans) == (fd.ids, fd.spans)
 
 
 def test_smollm_pre_tokenizer_isolates_every_digit(tmp_path: Path) -> None:
@@ -73,6 +76,22 @@ def test_smollm_pre_tokenizer_isolates_every_digit(tmp_path: Path) -> None:
     assert "".join(digits) == "20260123456789"
     assert all(len(d) == 1 for d in digits)
     assert tok.decode(ids) == "year 2026: 0123456789"
+
+
+@pytest.mark.parametrize(("pre", "groups"), [("llama-bpe", ["123", "456", "7"]),
+                                             ("qwen2", list("1234567")),
+                                             ("smollm", list("1234567"))])
+def test_digit_runs_split_as_the_pre_tokenizer_says(tmp_path: Path, pre: str,
+                                                    groups: list[str]) -> None:
+    tok = ChatTokenizer(build_gguf_file(tmp_path / f"{pre}.gguf", "qwen25", pre=pre))
+    ids = tok.encode("1234567")
+    # No token crosses a group boundary: the cumulative text hits every boundary.
+    ends, at = set(), 0
+    for i in ids:
+        at += len(tok.id_text(i))
+        ends.add(at)
+    bounds = {sum(len(g) for g in groups[:k + 1]) for k in range(len(groups))}
+    assert bounds <= ends and tok.decode(ids) == "1234567"
 
 
 def _write(path: Path, **kv: object) -> Path:
@@ -122,6 +141,7 @@ def test_the_built_tokenizer_is_cached_per_file(tmp_path: Path,
     assert ChatTokenizer(path).encode("hello <|im_end|> 42") == first
     monkeypatch.undo()
     monkeypatch.setenv("TRACEWIRE_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(gguf_mod, "CACHE_MIN_BUILD_S", 0.0)
     # A corrupt cache file is rebuilt; a changed file gets its own entry.
     files[0].write_text("{broken")
     gguf_mod._memo.clear()
@@ -140,3 +160,19 @@ def test_an_unwritable_cache_only_costs_time(tmp_path: Path,
     path = build_gguf_file(tmp_path / "u.gguf", "llama3")
     assert ChatTokenizer(path).encode("<|eot_id|>") == [ChatTokenizer(path).special[
         "<|eot_id|>"]]
+
+
+def test_fast_builds_are_not_cached_and_the_cache_stays_bounded(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    cache = tmp_path / "cache" / "tokenizers"
+    monkeypatch.setattr(gguf_mod, "CACHE_MIN_BUILD_S", 3600.0)
+    ChatTokenizer(build_gguf_file(tmp_path / "fast.gguf", "qwen25"))
+    assert not list(cache.glob("gguf-*.json"))
+    monkeypatch.setattr(gguf_mod, "CACHE_MIN_BUILD_S", 0.0)
+    monkeypatch.setattr(gguf_mod, "MAX_CACHED", 2)
+    src = build_gguf_file(tmp_path / "a.gguf", "qwen25")
+    for k in range(4):
+        p = tmp_path / f"copy{k}.gguf"
+        p.write_bytes(src.read_bytes())
+        ChatTokenizer(p)
+    assert len(list(cache.glob("gguf-*.json"))) == 2

@@ -24,7 +24,7 @@ APIS = [UpstreamApi.COMPLETIONS, UpstreamApi.GENERATE, UpstreamApi.SGLANG]
 
 
 def _req(msgs: list[dict[str, Any]], stream: bool) -> UpstreamRequest:
-    body = {"model": "m", "messages": msgs, "tools": TOOLS, "max_tokens": 64,
+    body = {"model": "m", "messages": msgs, "tools": TOOLS, "max_tokens": 256,
             "temperature": 0.5, "stream": stream}
     return UpstreamRequest(orjson.dumps(body), stream=stream, split=False)
 

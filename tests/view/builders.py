@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tracewire.store import COLUMNS, Run
+from tracewire.store import COLUMNS, ROW_CRC, Run, row_crc
 from tracewire.trace import Call, Episode, Message, Span, ToolCall, Trace
 
 ENVS = ("arith", "tools")
@@ -134,11 +134,13 @@ def make_fixture_run(path: Path, *, big: int = 0) -> dict[str, Episode]:
 def insert_sql() -> str:
     """Upsert of one index row with the store's public column list (the index table is
     ``episodes``): a test shortcut that fills a big index without writing records."""
-    names = ", ".join(f'"{n}"' for n in COLUMNS)
-    return f"INSERT OR REPLACE INTO episodes ({names}) VALUES ({', '.join('?' for _ in COLUMNS)})"
+    cols = [*COLUMNS, ROW_CRC]
+    names = ", ".join(f'"{n}"' for n in cols)
+    return f"INSERT OR REPLACE INTO episodes ({names}) VALUES ({', '.join('?' for _ in cols)})"
 
 
 def padded(row: tuple[object, ...]) -> tuple[object, ...]:
     """An index row written for the columns known when the test was written, with any
-    column the store added since left null."""
-    return row + (None,) * (len(COLUMNS) - len(row))
+    column the store added since left null, and its checksum (readers check it)."""
+    values = row + (None,) * (len(COLUMNS) - len(row))
+    return (*values, row_crc(values))

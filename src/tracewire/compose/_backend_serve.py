@@ -2,14 +2,16 @@
 
 The eval process starts the model server (given, or the built-in one on loopback), an env
 server whose workers each run :func:`serve_factory` (the environment and one proxy in
-front of that model server), and one client; each rollout is one ``run`` call, and the
-episode is persisted as the frames that arrived (``append_frames``). The eval's identity of
+front of that model server), and one client; each rollout is one ``run`` call whose deltas
+stream to this process, where the episode assembled from them is journaled as they arrive
+(as a local rollout is) and appended when it ends. A client killed mid-rollout so keeps
+what it received: ``--resume`` stores it as an incomplete episode. The eval's identity of
 an episode (group, rollout index, run) rides in the task request, so the worker's episode
 is keyed and seeded exactly as a local one: ``--resume`` works across backends.
 
 At most once: a run the server fails (``WorkerDiedError``, ``RunTimeout``, ``BusyError``)
-is stored as a failed rollout marked incomplete, never retried here; ``--resume`` runs it
-again when asked.
+is stored as a failed rollout marked incomplete (with the turns received before the
+failure), never retried here; ``--resume`` runs it again when asked.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from .._errors import ServeError
 from ..env import Environment, Task, Timeouts, close_http_client, load_environment, run_rollout
 from ..proxy import Proxy, ProxyConfig
 from ..serve import EnvClient, Runner, ServerConfig, make_pool, serve_env
-from ..store import Run
+from ..store import Journal, Run
 from ..trace import Episode
 from ._options import RolloutPlan, ServePlan
 from ._runtime import with_runtime
@@ -73,7 +75,9 @@ async def serve_factory(env: str, options: dict[str, Any]) -> AsyncIterator[Runn
     runtime name for a command harness's agent) and ``tokenizer``/``upstream_api``
     (token-in/token-out), as in a local eval."""
     runtime = options.get("runtime")
-    environment = with_runtime(load_environment(env), str(runtime) if runtime else None)
+    environment = with_runtime(load_environment(env), str(runtime) if runtime else None,
+                               ro_paths=list(options.get("ro_paths") or ()),
+                               sandbox_paths=list(options.get("sandbox_paths") or ()))
     raw = options.get("timeouts")
     timeouts = Timeouts(**raw) if isinstance(raw, dict) else None
     key = options.get("api_key")
@@ -116,7 +120,7 @@ def failed_rollout(episode: Episode, exc: ServeError) -> Episode:
 
 
 class ServeRollouts:
-    """Rollouts sent to an env server's workers, persisted as the frames that arrived."""
+    """Rollouts sent to an env server's workers, journaled as their deltas arrive."""
 
     def __init__(self, client: EnvClient, upstream: str, model: str) -> None:
         self.client = client
@@ -124,16 +128,31 @@ class ServeRollouts:
         self.model = model
 
     async def rollout(self, run: Run, task: Task, episode: Episode) -> Episode:
-        """One rollout on a worker; a server failure is stored as a failed rollout."""
+        """One rollout on a worker, journaled while in flight; a server failure is stored
+        as a failed rollout (the part received, if any)."""
+        journal: Journal | None = None
+
+        def on_delta(_delta: object, received: Episode) -> None:
+            # On the receive loop, after each delta is applied to ``received``.
+            nonlocal journal
+            if journal is None:
+                journal = run.journal(received)
+            else:
+                journal.update()
+
         try:
-            res = await self.client.run(_request(task, episode), keep_frames=True)
-        except ServeError as exc:
-            failed = failed_rollout(episode, exc)
-            await run.append(failed)
-            return failed
-        assert res.frames is not None  # keep_frames=True
-        await run.append_frames(res.frames)
-        return res.episode
+            try:
+                res = await self.client.run(_request(task, episode), on_delta=on_delta)
+            except ServeError as exc:
+                # The worker's own episode (its id names the journal), as far as it came.
+                failed = failed_rollout(journal.episode if journal else episode, exc)
+                await run.append(failed)
+                return failed
+            await run.append(res.episode)  # deletes its journal once stored
+            return res.episode
+        finally:
+            if journal is not None:
+                journal.close()
 
 
 @contextlib.asynccontextmanager
@@ -157,7 +176,8 @@ async def serve_rollouts(env: Environment, plan: RolloutPlan,
             "base_url": upstream, "model": model, "api_key": plan.api_key,
             "sampling": dict(plan.sampling), "seed": plan.seed,
             "timeouts": dataclasses.asdict(plan.timeouts) if plan.timeouts else None,
-            "runtime": serve.runtime,
+            "runtime": serve.runtime, "ro_paths": list(serve.ro_paths),
+            "sandbox_paths": list(serve.sandbox_paths),
             "tokenizer": plan.tokenizer, "upstream_api": plan.upstream_api,
         }
         workers = max(1, serve.workers)

@@ -55,6 +55,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
                              "subprocess, unsafe for untrusted agents), bwrap (a sandbox "
                              "whose only way out is its proxy session) or docker "
                              "(default: the environment's choice, else a host subprocess)")
+    parser.add_argument("--sandbox-path", action="append", default=[], metavar="DIR",
+                        help="with --runtime bwrap: a host directory bound read-only and put "
+                             "first on the sandbox's PATH, e.g. where an agent CLI is "
+                             "installed (an npm prefix's bin); its executables' install "
+                             "trees and interpreters are bound too (repeatable)")
+    parser.add_argument("--ro-path", action="append", default=[], metavar="DIR",
+                        help="with --runtime bwrap or docker: a host path bound read-only "
+                             "at the same path (repeatable)")
     parser.add_argument("--out", help="run directory (default: runs/<env>-<timestamp>)")
     parser.add_argument("--resume", action="store_true",
                         help="continue the run in --out, skipping finished (task, rollout) pairs")
@@ -130,6 +138,8 @@ async def run_cli(args: argparse.Namespace) -> tuple[int, str | None]:
             ray_address=args.ray_address, worker_cpus=args.worker_cpus,
             worker_resources=_resources(getattr(args, "worker_resources", None)),
             runtime=args.runtime,
+            ro_paths=getattr(args, "ro_path", None) or (),
+            sandbox_paths=getattr(args, "sandbox_path", None) or (),
             stop=stop,
             total_hint=set_total, tokenizer=args.tokenizer, upstream_api=args.upstream_api,
             engine=getattr(args, "engine", None),

@@ -32,7 +32,9 @@ async def env_factory(env: str, options: dict[str, Any]) -> AsyncIterator[Runner
     ``runtime`` (where a command harness's agent runs: ``local``, ``bwrap``, ``docker``) and
     ``tokenizer``/``upstream_api`` (token-in/token-out)."""
     runtime = options.get("runtime")
-    environment = with_runtime(load_environment(env), str(runtime) if runtime else None)
+    environment = with_runtime(load_environment(env), str(runtime) if runtime else None,
+                               ro_paths=list(options.get("ro_paths") or ()),
+                               sandbox_paths=list(options.get("sandbox_paths") or ()))
     raw = options.get("timeouts")
     timeouts = Timeouts(**raw) if isinstance(raw, dict) else None
     model = str(options.get("model") or MODEL_NAME)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -100,6 +100,8 @@ async def evaluate(
     timeouts: Timeouts | None = None,
     backend: Backend = "local",
     runtime: str | RuntimeFactory | None = None,
+    ro_paths: Sequence[str] = (),
+    sandbox_paths: Sequence[str] = (),
     workers: int = 2,
     ray_address: str | None = None,
     worker_cpus: float = 1.0,
@@ -125,7 +127,9 @@ async def evaluate(
     ``process``/``ray``: ``workers`` env-server workers, local processes or Ray actors of
     ``worker_cpus`` CPUs and ``worker_resources`` each, on the cluster at ``ray_address``).
     ``runtime`` (``local``, ``bwrap``, ``docker`` or a factory) is where a command
-    harness's agent program runs, overriding the environment's choice.
+    harness's agent program runs, overriding the environment's choice; ``ro_paths`` and
+    ``sandbox_paths`` are host paths its sandbox binds read-only (the latter also first on
+    the sandbox's PATH, where an agent CLI is installed).
     ``tokenizer`` (a local tokenizer directory) serves the proxy token-in/token-out over
     ``base_url``'s ``upstream_api`` endpoint instead of the chat pass-through.
     ``engine="llamacpp"`` starts llama.cpp's server for the eval (built and cached on first
@@ -136,12 +140,14 @@ async def evaluate(
         raise ValueError("need r >= 1, concurrency >= 1, workers >= 1 and n >= 0")
     if resume and out is None:
         raise EnvError("--resume needs --out (the run directory to continue)")
-    # Env-server workers load the environment themselves, by the name it was given as.
+    # Env-server workers load the environment themselves, by the reference it was found by.
     serve = ServePlan(workers=workers, concurrency=concurrency,
-                      env_ref=env if isinstance(env, str) else None, ray_address=ray_address,
+                      env_ref=env if isinstance(env, str) else env.ref, ray_address=ray_address,
                       worker_cpus=worker_cpus, worker_resources=worker_resources,
-                      runtime=runtime if isinstance(runtime, str) else None)
-    env = with_runtime(load_environment(env), runtime)
+                      runtime=runtime if isinstance(runtime, str) else None,
+                      ro_paths=tuple(ro_paths), sandbox_paths=tuple(sandbox_paths))
+    env = with_runtime(load_environment(env), runtime, ro_paths=ro_paths,
+                       sandbox_paths=sandbox_paths)
     out_path = Path(out) if out is not None else default_run_dir(env.name)
     sampling: dict[str, Any] = {}
     if temperature is not None:

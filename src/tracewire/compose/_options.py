@@ -24,7 +24,7 @@ BACKENDS: tuple[Backend, ...] = ("local", "process", "ray")
 #: ``_runtime.runtime_factory``, which imports the runtime part.
 RUNTIMES = ("local", "bwrap", "docker")
 #: Token-in endpoints ``--upstream-api`` accepts (the values of ``tito.codecs.UpstreamApi``).
-UPSTREAM_APIS = ("completions", "generate", "sglang")
+UPSTREAM_APIS = ("completions", "generate", "sglang", "llamacpp")
 
 #: Local engines an eval can start (``tracewire eval --engine``); see ``_engine``.
 ENGINES = ("llamacpp",)
@@ -67,5 +67,9 @@ class ServePlan:
     worker_resources: Mapping[str, float] | None = None
     #: Where a command harness's agent runs in the workers (a runtime name), or None.
     runtime: str | None = None
+    #: Host paths the workers' sandboxes bind read-only / put on their PATH (as in a
+    #: local eval's ``ro_paths``/``sandbox_paths``).
+    ro_paths: tuple[str, ...] = ()
+    sandbox_paths: tuple[str, ...] = ()
     #: A worker pool built (and, for Ray, prepared) by the caller; overrides the above.
     pool: Any = None

@@ -125,6 +125,9 @@ class Environment:
         self.retries = retries
         self.retry_on = tuple(retry_on)
         self.description = description
+        #: The reference :func:`load_environment` found it by (a bundled name, a module or a
+        #: ``.py`` path), so processes that must load it themselves can; None when built here.
+        self.ref: str | None = None
         self._tasks = tasks
         self._setup = setup
         self._finalize = finalize

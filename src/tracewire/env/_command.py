@@ -208,7 +208,9 @@ class CommandHarness(Harness):
             place = rt
         if self.preset is not None:
             preset = self.preset(rollout.task)
-            missing = preset.missing()
+            # A sandbox that resolves executables itself (``provide``, in render) names
+            # what is missing and where it looked; elsewhere the host PATH decides.
+            missing = [] if hasattr(place, "provide") else preset.missing()
             if missing:
                 raise EnvError(f"{preset.name}: {', '.join(missing)} not installed")
             argv, env, extra = preset.render(place, rollout.model)

@@ -91,6 +91,13 @@ def load_environment(name: str | Environment) -> Environment:
     name = name.strip()
     if not name:
         raise EnvError("empty environment name")
+    env = _find(name)
+    if env.ref is None:
+        env.ref = name  # env-server workers load it again by this reference
+    return env
+
+
+def _find(name: str) -> Environment:
     if name in BUNDLED:
         return _from_object(_import(BUNDLED[name], name), name)
     for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import sys
 from collections.abc import Callable
 
+from .._errors import ProxyError
+from ..sessions import read_token_file
 from ._config import ProxyConfig
 from ._server import Proxy
 from ._upstream_api import Upstream
@@ -31,20 +34,30 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="local tokenizer directory or GGUF model file: render prompts "
                              "here and send token ids (token-in/token-out; needs "
                              "tracewire[tito]). Default: pass-through chat")
-    parser.add_argument("--upstream-api", choices=("completions", "generate", "sglang"),
+    parser.add_argument("--upstream-api",
+                        choices=("completions", "generate", "sglang", "llamacpp"),
                         default="completions",
                         help="token-in endpoint with --tokenizer: vLLM /v1/completions, vLLM "
-                             "/inference/v1/generate or SGLang /generate")
+                             "/inference/v1/generate, SGLang /generate or llama-server "
+                             "/completion")
     parser.add_argument("--model", default="", help="model name sent upstream (token-in)")
-    parser.add_argument("--session-token", default=None,
-                        help="trainer token of the /sessions API (default: "
-                             "$TRACEWIRE_SESSION_TOKEN, else generated and printed)")
+    tok = parser.add_mutually_exclusive_group()
+    tok.add_argument("--session-token", default=None,
+                     help="trainer token of the /sessions API (visible to every local user "
+                          "in the process list: prefer --session-token-file; default: "
+                          "$TRACEWIRE_SESSION_TOKEN, else generated and printed)")
+    tok.add_argument("--session-token-file", default=None, metavar="PATH",
+                     help="read the trainer token from PATH (one line; the file must not be "
+                          "readable by group or others)")
 
 
 async def _serve(args: argparse.Namespace, make_upstream: UpstreamFactory | None) -> None:
+    token = args.session_token
+    if getattr(args, "session_token_file", None):
+        token = read_token_file(args.session_token_file)
     cfg = ProxyConfig(max_body_bytes=int(args.max_body_mb * 1024 * 1024),
                       upstream_timeout=args.upstream_timeout,
-                      session_token=args.session_token, tokenizer=args.tokenizer,
+                      session_token=token, tokenizer=args.tokenizer,
                       upstream_api=args.upstream_api)
     if args.no_token_fields:
         cfg.token_fields = {}
@@ -69,4 +82,7 @@ def run(args: argparse.Namespace, make_upstream: UpstreamFactory | None = None) 
         asyncio.run(_serve(args, make_upstream))
     except KeyboardInterrupt:
         pass
+    except ProxyError as exc:
+        print(f"tracewire proxy: {exc}", file=sys.stderr)
+        return 2
     return 0

@@ -8,10 +8,11 @@ summary; ``POST /sessions/{id}/samples`` → the safetensors payload; ``DELETE
 
 Errors are JSON ``{"error": message, "type": class, "message": message, "reason": ...}``
 (``type``/``reason`` let the client rebuild the same error, see ``tracewire._wire_errors``):
-400 malformed request, 401 missing or wrong token, 404 unknown session (``reason``
-never_existed / expired / deleted), 413 body or payload over its cap, 415 not JSON, 422
-assembly or hook failure, 429 too many sessions, 500 anything else (logged; the server keeps
-serving).
+400 malformed request (every malformed body: integers past int32, ids over 1,024
+characters, metadata deeper than 32 levels or over 100,000 values), 401 missing or wrong
+token, 404 unknown session (``reason`` never_existed / expired / deleted), 413 body or
+payload over its cap, 415 not JSON, 422 assembly or hook failure, 429 too many sessions,
+500 anything else (logged; the server keeps serving).
 
 Collect is idempotent: the same request repeated while the trace is unchanged, or after the
 session was deleted or expired (within ``grace_s``), answers the same payload.
@@ -68,6 +69,14 @@ SESSION_API_KEY: web.AppKey[SessionAPI] = web.AppKey("tracewire_session_api")
 _CHUNK = 1 << 20
 _BYTES_PER_TOKEN = 9  # int32 id + uint8 mask + float32 logprob
 _SAMPLES_KEYS = frozenset({"max_seq_len", "metadata"})
+#: Bounds on a session body: integers fit int32 (they end up in tensors and headers),
+#: metadata nests at most this deep and holds at most this many values, ids stay short.
+_MAX_INT = (1 << 31) - 1
+_MAX_DEPTH = 32
+_MAX_VALUES = 100_000
+_MAX_ID = 1024
+_JSON_INT = 1 << 63  # orjson writes no integer outside [-2**63, 2**64)
+_INLINE_CHECK = 64 * 1024  # bodies up to this size are checked on the loop (< ~1 ms)
 
 
 class _HTTPFail(Exception):
@@ -137,9 +146,40 @@ def _opt_int(body: dict[str, Any], key: str, lo: int) -> int | None:
     v = body.get(key)
     if v is None:
         return None
-    if isinstance(v, bool) or not isinstance(v, int) or v < lo:
-        raise _HTTPFail(400, f"{key!r} must be an integer >= {lo} or null, got {v!r}")
+    if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= _MAX_INT:
+        raise _HTTPFail(400, f"{key!r} must be an integer in [{lo}, {_MAX_INT}] or null, "
+                             f"got {str(v)[:40]}")
     return v
+
+
+def _check_json_value(value: Any, what: str) -> None:
+    """``_HTTPFail(400)`` unless ``value`` nests at most ``_MAX_DEPTH`` deep, holds at most
+    ``_MAX_VALUES`` values and every integer is one JSON writers accept (iterative: a deep
+    value must not exhaust the stack here either)."""
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    seen = 0
+    while stack:
+        v, depth = stack.pop()
+        seen += 1
+        if seen > _MAX_VALUES:
+            raise _HTTPFail(400, f"{what} holds more than {_MAX_VALUES} values")
+        if isinstance(v, dict | list):
+            if depth >= _MAX_DEPTH:
+                raise _HTTPFail(400, f"{what} nests deeper than {_MAX_DEPTH} levels")
+            stack.extend((x, depth + 1) for x in (v.values() if isinstance(v, dict) else v))
+        elif isinstance(v, int) and not isinstance(v, bool) and not -_JSON_INT <= v < _JSON_INT:
+            raise _HTTPFail(400, f"{what} holds an integer outside 64 bits: {str(v)[:40]}…")
+
+
+def _check_spec(spec: SessionSpec) -> None:
+    """Bounds ``SessionSpec`` does not state: integer ranges, id length, metadata shape."""
+    for key in ("group_index", "max_turns", "max_tokens"):
+        v = getattr(spec, key)
+        if v is not None and v > _MAX_INT:
+            raise _HTTPFail(400, f"{key!r} must be at most {_MAX_INT}, got {str(v)[:40]}")
+    if spec.group_id is not None and len(spec.group_id) > _MAX_ID:
+        raise _HTTPFail(400, f"'group_id' is over {_MAX_ID} characters")
+    _check_json_value(spec.metadata, "'metadata'")
 
 
 def _opt_dict(body: dict[str, Any], key: str) -> dict[str, Any]:
@@ -290,10 +330,17 @@ class SessionAPI:
     # -- routes ----------------------------------------------------------------------------
     async def create(self, request: web.Request) -> web.StreamResponse:
         """``POST /sessions``."""
+        body = await self._read_body(request)
         try:
-            spec = decode_spec(await self._read_body(request))
+            spec = decode_spec(body)
         except ValueError as exc:
             raise _HTTPFail(400, str(exc)) from exc
+        except RecursionError as exc:
+            raise _HTTPFail(400, "request body nests too deeply") from exc
+        if len(body) > _INLINE_CHECK:
+            await asyncio.to_thread(_check_spec, spec)
+        else:
+            _check_spec(spec)
         try:
             session = self.proxy.create_session(spec)
         except LimitError as exc:
@@ -355,6 +402,7 @@ class SessionAPI:
             )
         max_seq_len = _opt_int(body, "max_seq_len", 1)
         overrides = _opt_dict(body, "metadata")
+        _check_json_value(overrides, "'metadata'")
         key = orjson.dumps([max_seq_len, overrides], option=orjson.OPT_SORT_KEYS)
         cached = self.collected.get(sid)
         try:

@@ -12,6 +12,7 @@ from typing import Any
 
 import orjson
 
+from .._errors import UpstreamError
 from ..trace import ToolCall
 from ._graph import Choice, Outcome
 from ._prompt import PromptIds, as_ids
@@ -21,6 +22,16 @@ __all__ = ["StreamAccumulator", "cut_ok", "cut_prompt", "loads_split", "outcome_
            "strip_added"]
 
 _PROMPT_KEYS = (b"prompt_token_ids", b"input_ids")
+#: Ids are int32 on the trace.
+_ID_BOUND = 2**31
+
+
+def _checked(ids: list[int]) -> list[int]:
+    # A reply id the trace cannot hold fails the call (502, recorded as failed) instead of
+    # failing the recording after the harness got its answer.
+    if ids and (min(ids) < 0 or max(ids) >= _ID_BOUND):
+        raise UpstreamError("upstream reply: a token id is outside [0, 2**31); not recorded")
+    return ids
 
 
 def _prompt_ids(d: dict[str, Any]) -> Any:
@@ -114,6 +125,8 @@ def outcome_of(d: dict[str, Any], split: bool = False) -> Outcome:
         ids, lps = _from_logprobs(ch)
         if isinstance(ch.get("token_ids"), list):
             ids = [int(t) for t in ch["token_ids"]]
+        if ids is not None:
+            _checked(ids)
         reasoning = msg.get("reasoning_content", msg.get("reasoning"))
         out.choices.append(Choice(
             index=int(ch.get("index", i)), content=msg.get("content"),
@@ -193,6 +206,7 @@ class StreamAccumulator:
             if isinstance(ch.get("token_ids"), list):
                 ids = [int(t) for t in ch["token_ids"]]
             if ids is not None:
+                _checked(ids)
                 if c.token_ids is None:
                     c.token_ids = []
                 c.token_ids.extend(ids)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import abc
 import asyncio
 import dataclasses
+import os
 import time
 import urllib.parse
 from collections.abc import Callable, Mapping, Sequence
@@ -45,6 +46,10 @@ PhaseHook = Callable[[str, float, float], None]
 
 #: Bytes of stdout/stderr kept (the tail) per stream, per exec.
 OUTPUT_TAIL = 64 * 1024
+#: The trainer's session-API token variable (``tracewire.sessions.TOKEN_ENV``; spelled
+#: out here because this part imports no other) and its file-name sibling.
+TOKEN_VAR = "TRACEWIRE_SESSION_TOKEN"
+_TOKEN_VARS = frozenset({TOKEN_VAR, TOKEN_VAR + "_FILE"})
 
 
 class ExecTimeout(PhaseTimeout):
@@ -56,7 +61,8 @@ class ExecTimeout(PhaseTimeout):
 
 
 class ResourceLimitExceeded(SandboxError):
-    """A command was stopped by a resource limit (``limit``: cpu, memory, processes, file)."""
+    """A command was stopped by a resource limit (``limit``: cpu, memory, processes, file,
+    disk)."""
 
     def __init__(self, message: str, limit: str, result: ExecResult) -> None:
         super().__init__(message)
@@ -72,6 +78,9 @@ class Limits:
     rlimits; ``memory_bytes`` and ``processes`` use a cgroup when one can be made (exact,
     and the only thing that stops a fork bomb run as root) and fall back to rlimits
     (``RLIMIT_AS`` / ``RLIMIT_NPROC``, the latter ignored by the kernel for root).
+    ``disk_bytes`` bounds what ``/workspace`` and ``/tmp`` hold together (``bwrap``: a
+    tmpfs of that size, whose pages also count as the sandbox's memory; ``docker``: the
+    ``/tmp`` tmpfs only); a command that fills it is stopped (limit ``disk``).
     """
 
     cpu_s: int | None = 600
@@ -79,6 +88,7 @@ class Limits:
     processes: int | None = 256
     file_bytes: int | None = 1 << 30
     open_files: int | None = 4096
+    disk_bytes: int | None = None
 
 
 @dataclass(frozen=True)
@@ -293,7 +303,8 @@ class Runtime(abc.ABC):
         return self.endpoint
 
     def _agent_env(self, extra: Mapping[str, str]) -> dict[str, str]:
-        """The session variables, then the runtime's env, then this exec's env."""
+        """The session variables, then the runtime's env, then this exec's env; never the
+        trainer's session-API token (by name, or by value under any other name)."""
         env: dict[str, str] = {}
         e = self.agent_endpoint
         if e is not None:
@@ -305,6 +316,9 @@ class Runtime(abc.ABC):
                 env.update(OPENAI_API_KEY=e.secret, ANTHROPIC_API_KEY=e.secret)
         env.update(self.env)
         env.update(extra)
-        return env
+        token = os.environ.get(TOKEN_VAR) or ""
+        # By value too, when it is long enough not to match ordinary text by chance.
+        return {k: v for k, v in env.items()
+                if k not in _TOKEN_VARS and not (len(token) >= 8 and token in v)}
 
 

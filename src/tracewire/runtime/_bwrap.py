@@ -16,9 +16,14 @@ agent's packages must be passed in ``ro_paths``. On machines where Python lives 
 directory (``/root/.pyenv``), only that prefix is bound, not the home directory.
 
 Limits (:class:`Limits`): CPU seconds, file size and open files are rlimits set by
-``prlimit``; processes and memory use a cgroup (v2 or v1) when tracewire may make one (as
-root, usually), else rlimits (``RLIMIT_NPROC`` does not bind root: without a cgroup a fork
-bomb as root is only stopped by the timeout).
+``prlimit``; processes and memory use a cgroup (v2 or v1) below this process's own when
+tracewire may make one (as root, usually), else rlimits (``RLIMIT_NPROC`` does not bind
+root: without a cgroup a fork bomb as root is only stopped by the timeout); ``disk_bytes``
+is a tmpfs holding ``/workspace`` and ``/tmp`` (``_disk.py``).
+
+Cleanup when the harness dies without closing: ``owner.lock`` in the runtime's directory
+and the janitor (``_reap.py``); an executable outside ``/usr``: ``sandbox_path`` and
+:meth:`BwrapRuntime.provide` (``_resolve.py``).
 """
 
 from __future__ import annotations
@@ -33,9 +38,13 @@ from pathlib import Path
 from typing import Any
 
 from ._api import ExecResult, ProxyEndpoint, Runtime, RuntimeUnavailable, SandboxError
+from ._disk import disk_full, mount_tmpfs, unmount
+from ._launch import PREFIX as RELAY_NOTE
 from ._limits import Cgroup, prlimit_argv
 from ._proc import run_process
+from ._reap import PREFIX, Marker, start_janitor
 from ._relay import SessionRelay
+from ._resolve import Exposure, expose
 
 __all__ = ["BwrapRuntime", "bwrap_usable"]
 
@@ -81,6 +90,8 @@ class BwrapRuntime(Runtime):
 
     ``ro_paths``: host paths bound read-only at the same path (a venv, a tool's install
     dir). ``rw_paths``: host paths bound writable (avoid for untrusted agents).
+    ``sandbox_path``: host directories bound read-only and put first on the sandbox's
+    ``PATH``, also searched by :meth:`provide` (e.g. an npm prefix's ``bin``).
     """
 
     name = "bwrap"
@@ -91,16 +102,36 @@ class BwrapRuntime(Runtime):
         *,
         ro_paths: Sequence[str | os.PathLike[str]] = (),
         rw_paths: Sequence[str | os.PathLike[str]] = (),
+        sandbox_path: Sequence[str | os.PathLike[str]] = (),
         bwrap: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.ro_paths = [os.path.abspath(p) for p in ro_paths]
         self.rw_paths = [os.path.abspath(p) for p in rw_paths]
+        self.sandbox_path = [os.path.abspath(p) for p in sandbox_path]
         self.bwrap = bwrap or shutil.which("bwrap") or ""
         self._state: Path | None = None
         self._relay: SessionRelay | None = None
         self._cgroup: Cgroup | None = None
+        self._marker: Marker | None = None
+        self._mounted: Path | None = None
+        self._exposed = Exposure()
+
+    @property
+    def search_path(self) -> str:
+        """Where :meth:`provide` looks for executables: ``sandbox_path``, then the
+        host's ``PATH`` (a preset's "is it installed" check uses the same)."""
+        host = os.environ.get("PATH", os.defpath).split(os.pathsep)
+        return os.pathsep.join(dict.fromkeys([*self.sandbox_path, *host]))
+
+    def provide(self, names: Sequence[str]) -> dict[str, str]:
+        """Make each executable of ``names`` runnable inside: find it on
+        :attr:`search_path`, bind its directory, its real install tree and its ``#!``
+        interpreter read-only, and put their directories on the sandbox ``PATH``.
+        Returns name → path; ``SandboxError`` naming what is missing otherwise."""
+        expose(names, self.search_path.split(os.pathsep), self._visible, self._exposed)
+        return {n: self._exposed.found[n] for n in names}
 
     @property
     def relay(self) -> SessionRelay | None:
@@ -121,28 +152,49 @@ class BwrapRuntime(Runtime):
         """Where ``/workspace`` lives on the host."""
         if self._state is None:
             raise SandboxError("bwrap runtime not booted")
-        return self._state / "work"
+        return self._state / "rw" / "work"
+
+    @property
+    def disk_dir(self) -> Path | None:
+        """The host directory holding ``/workspace`` and ``/tmp`` (a tmpfs of
+        ``limits.disk_bytes`` when that is set)."""
+        return self._state / "rw" if self._state is not None else None
 
     # -- lifecycle ---------------------------------------------------------------------
     async def _boot(self) -> None:
         if not self.bwrap:
             raise RuntimeUnavailable("bwrap is not installed (Debian package: bubblewrap)")
         missing = await asyncio.to_thread(
-            lambda: [p for p in (*self.ro_paths, *self.rw_paths) if not os.path.exists(p)])
+            lambda: [p for p in (*self.ro_paths, *self.rw_paths, *self.sandbox_path)
+                     if not os.path.exists(p)])
         if missing:
-            raise SandboxError(f"paths to bind into the sandbox do not exist: {missing}")
-        self._state = Path(await asyncio.to_thread(tempfile.mkdtemp, prefix="tw-bwrap-"))
+            raise SandboxError(f"paths to bind into the sandbox do not exist: "
+                               f"{', '.join(missing)}")
+        tmp = tempfile.gettempdir()
+        # Leftovers of harnesses that died (SIGKILL included) go first; a janitor process
+        # removes this process's own if it dies in turn.
+        await asyncio.to_thread(start_janitor, tmp)
+        self._state = Path(await asyncio.to_thread(tempfile.mkdtemp, prefix=PREFIX, dir=tmp))
+        self._marker = await asyncio.to_thread(Marker, self._state)
         await asyncio.to_thread(self._make_dirs, self._state)
         if self.endpoint is not None:
             self._relay = SessionRelay(self.endpoint, self._state / "run" / "proxy.sock")
             await self._relay.start()
-        self._cgroup = await asyncio.to_thread(Cgroup.make, self.limits)
+        marker = self._marker
+        self._cgroup = await asyncio.to_thread(
+            Cgroup.make, self.limits, lambda d: marker.add("cgroups", d))
 
-    @staticmethod
-    def _make_dirs(state: Path) -> None:
-        for d in ("work", "tmp", "run", "etc"):
+    def _make_dirs(self, state: Path) -> None:
+        for d in ("rw", "run", "etc"):
             (state / d).mkdir(mode=0o755)
-        (state / "tmp").chmod(0o1777)
+        if self.limits.disk_bytes is not None:
+            assert self._marker is not None
+            self._marker.add("mounts", state / "rw")
+            mount_tmpfs(state / "rw", self.limits.disk_bytes)
+            self._mounted = state / "rw"
+        for d in ("work", "tmp"):
+            (state / "rw" / d).mkdir(mode=0o755)
+        (state / "rw" / "tmp").chmod(0o1777)
         shutil.copy(_LAUNCH, state / "run" / "launch.py")
         etc = state / "etc"
         (etc / "passwd").write_text(
@@ -166,9 +218,15 @@ class BwrapRuntime(Runtime):
         if self._relay is not None:
             await self._relay.stop()
             self._relay = None
+        if self._mounted is not None:
+            await asyncio.to_thread(unmount, self._mounted)
+            self._mounted = None
         if self._state is not None:
             await asyncio.to_thread(shutil.rmtree, self._state, True)
             self._state = None
+        if self._marker is not None:
+            self._marker.release()
+            self._marker = None
 
     # -- commands ----------------------------------------------------------------------
     def sandbox_argv(self, argv: Sequence[str], cwd: str | None = None) -> list[str]:
@@ -188,10 +246,12 @@ class BwrapRuntime(Runtime):
             if os.path.exists(p):
                 a += ["--ro-bind", p, p]
         a += ["--proc", "/proc", "--dev", "/dev",
-              "--bind", str(st / "work"), INSIDE_WORKDIR, "--bind", str(st / "tmp"), "/tmp",
+              "--bind", str(st / "rw" / "work"), INSIDE_WORKDIR,
+              "--bind", str(st / "rw" / "tmp"), "/tmp",
               "--ro-bind", str(st / "run"), INSIDE_RUN]
         _, prefix = _interpreter()
-        for p in dict.fromkeys([prefix, *self.ro_paths]):
+        for p in dict.fromkeys([prefix, *self.ro_paths, *self.sandbox_path,
+                                *self._exposed.binds]):
             a += ["--ro-bind", p, p]
         for p in self.rw_paths:
             a += ["--bind", p, p]
@@ -206,14 +266,16 @@ class BwrapRuntime(Runtime):
     def _visible(self, path: str) -> bool:
         """Whether a host path is inside something bound into the sandbox."""
         _, prefix = _interpreter()
-        roots = ("/usr", *_ETC_DIRS, *_ETC_FILES, prefix, *self.ro_paths, *self.rw_paths,
-                 INSIDE_WORKDIR, "/tmp")
+        roots = ("/usr", *_SYSTEM, *_ETC_DIRS, *_ETC_FILES, prefix, *self.ro_paths, *self.rw_paths,
+                 *self.sandbox_path, *self._exposed.binds, INSIDE_WORKDIR, "/tmp")
         p = os.path.normpath(path)
         return any(p == r or p.startswith(r.rstrip("/") + "/") for r in roots)
 
     async def _exec(self, argv: list[str], env: dict[str, str], cwd: str | None,
                     timeout: float | None, stdin: bytes | None) -> ExecResult:
-        full = {"PATH": DEFAULT_PATH, "HOME": INSIDE_WORKDIR, "TMPDIR": "/tmp",
+        path = ":".join(dict.fromkeys([*self.sandbox_path, *self._exposed.path,
+                                       DEFAULT_PATH]))
+        full = {"PATH": path, "HOME": INSIDE_WORKDIR, "TMPDIR": "/tmp",
                 "LANG": "C.UTF-8", **self._agent_env(env)}
         for var in CA_VARS:
             if var in full and not self._visible(full[var]):
@@ -225,10 +287,23 @@ class BwrapRuntime(Runtime):
                               address_space=cg is None or "memory" not in before)
         result = ExecResult(argv=argv)
         self.last_result = result
+        disk = self._mounted
+        watch = (lambda: "disk" if disk_full(disk) else None) if disk is not None else None
         await run_process(wrap + limits + self.sandbox_argv(argv, cwd), result, env=full,
-                          cwd=str(self.host_workdir()), timeout=timeout, stdin=stdin)
-        if result.exit_code not in (0, None) and not result.timed_out:
-            after = cg.counters() if cg is not None else {}
-            fired = [k for k, v in after.items() if v > before.get(k, 0)]
-            result.limit = fired[0] if fired else _SIGNAL_LIMITS.get(result.exit_code or 0)
+                          cwd=str(self.host_workdir()), timeout=timeout, stdin=stdin,
+                          watch=watch)
+        after = cg.counters() if cg is not None else {}
+        fired = [k for k, v in after.items() if v > before.get(k, 0)]
+        if fired:
+            # Kept even when the command recovered and exited 0 (a fork bomb it stopped).
+            result.extra["limits_hit"] = {k: after[k] - before.get(k, 0) for k in fired}
+        if result.limit is None and not result.timed_out:
+            if result.exit_code not in (0, None):
+                result.limit = fired[0] if fired else _SIGNAL_LIMITS.get(result.exit_code or 0)
+            if result.limit is None and disk is not None and disk_full(disk):
+                result.limit = "disk"
+        notes = [line[len(RELAY_NOTE):] for line in result.stderr.decode(
+            "utf-8", "replace").splitlines() if line.startswith(RELAY_NOTE)]
+        if notes:
+            result.extra["relay_errors"] = notes
         return result

@@ -115,7 +115,8 @@ class DockerRuntime(Runtime):
         lim = self.limits
         a = [self.engine, "run", "-d", "--name", self.container, "--network", "none",
              "--cap-drop", "ALL", "--security-opt", "no-new-privileges", "--read-only",
-             "--tmpfs", "/tmp:rw,exec,size=1g", "-v", f"{self._state / 'work'}:{INSIDE_WORKDIR}",
+             "--tmpfs", f"/tmp:rw,exec,size={lim.disk_bytes or 1 << 30}",
+             "-v", f"{self._state / 'work'}:{INSIDE_WORKDIR}",
              "-v", f"{self._state / 'run'}:{INSIDE_RUN}:ro", "-w", INSIDE_WORKDIR,
              "--label", "tracewire.runtime=1", "--entrypoint", self.python]
         if lim.memory_bytes is not None:

@@ -58,16 +58,22 @@ class AgentPreset:
     model: str = ""
 
     def missing(self, path: str | None = None) -> list[str]:
-        """The executables this preset needs that are not on ``path`` (host PATH)."""
+        """The executables this preset needs that are not on ``path`` (default: the host
+        PATH; a sandbox's ``search_path`` adds its ``sandbox_path`` dirs)."""
         return [e for e in self.executables if shutil.which(e, path=path) is None]
 
     def render(self, runtime: Placed, model: str | None = None
                ) -> tuple[list[str], dict[str, str], dict[str, str]]:
         """(argv, env, files) with the templates filled in for ``runtime``; ``{model}`` is
-        the preset's model, else ``model`` (the rollout's, passed by the harness)."""
+        the preset's model, else ``model`` (the rollout's, passed by the harness). A
+        sandbox that can (``provide``) is asked to make the executables runnable inside:
+        bound read-only with their install tree and interpreter, on its PATH."""
         ep = runtime.agent_endpoint
         if ep is None:
             raise SandboxError(f"preset {self.name}: the runtime has no proxy endpoint")
+        provide = getattr(runtime, "provide", None)
+        if provide is not None and self.executables:
+            provide(self.executables)
         values = {"workdir": runtime.workdir, "base_url": ep.base_url,
                   "anthropic_base_url": ep.anthropic_base_url,
                   "model": self.model or model or ""}

@@ -55,10 +55,14 @@ async def run_process(
     timeout: float | None,
     stdin: bytes | None,
     after_exit: Callable[[], None] | None = None,
+    watch: Callable[[], str | None] | None = None,
+    watch_s: float = 0.1,
 ) -> ExecResult:
     """Run ``argv`` in a new session; fill ``result`` in place and return it. On timeout
     the group is killed and ``timed_out`` set; on cancellation it is killed and the
-    ``CancelledError`` propagates (``result`` keeps what was captured)."""
+    ``CancelledError`` propagates (``result`` keeps what was captured). ``watch()`` is
+    called every ``watch_s`` while it runs: a limit's name back kills the group and sets
+    ``result.limit`` (a bound the kernel does not enforce by killing, e.g. a full disk)."""
     t0 = time.monotonic()
     try:
         proc = await asyncio.create_subprocess_exec(
@@ -83,6 +87,18 @@ async def run_process(
         await readers
         return code
 
+    async def watcher() -> None:
+        assert watch is not None
+        while proc.returncode is None:
+            await asyncio.sleep(watch_s)
+            why = watch()
+            if why is not None and proc.returncode is None:
+                result.limit = why
+                _kill_group(proc.pid, signal.SIGKILL)
+                return
+
+    watching = asyncio.ensure_future(watcher()) if watch is not None else None
+
     try:
         result.exit_code = await asyncio.wait_for(feed_and_wait(), timeout)
     except TimeoutError:
@@ -95,6 +111,8 @@ async def run_process(
         result.exit_code = proc.returncode
         raise
     finally:
+        if watching is not None:
+            watching.cancel()
         if proc.returncode is None:
             _kill_group(proc.pid, signal.SIGKILL)
         # The pipes close when the group is gone; give the readers a moment to finish.

@@ -74,7 +74,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tokenizer", default=None, metavar="DIR|FILE.gguf",
                         help="token-in/token-out with this local tokenizer directory or GGUF "
                              "model file")
-    parser.add_argument("--upstream-api", choices=("completions", "generate", "sglang"),
+    parser.add_argument("--upstream-api",
+                        choices=("completions", "generate", "sglang", "llamacpp"),
                         default=None, help="token-in endpoint with --tokenizer")
     parser.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
                         help="option for the runner factory (value parsed as JSON if it can be)")

@@ -3,16 +3,22 @@
 from __future__ import annotations
 
 import os
+import stat
 from enum import StrEnum
 from typing import Annotated, Any
 
 import msgspec
 
-__all__ = ["TOKEN_ENV", "GoneReason", "SessionSpec", "SessionStatus", "decode_spec",
-           "token_from_env"]
+from .._errors import ProxyError
+
+__all__ = ["TOKEN_ENV", "TOKEN_FILE_ENV", "GoneReason", "SessionSpec", "SessionStatus",
+           "decode_spec", "read_token_file", "token_from_env"]
 
 #: Environment variable holding the trainer token of the session API.
 TOKEN_ENV = "TRACEWIRE_SESSION_TOKEN"
+#: Environment variable naming a file (mode 0600) that holds the trainer token: unlike the
+#: token itself, the path tells an agent that can read the environment nothing.
+TOKEN_FILE_ENV = "TRACEWIRE_SESSION_TOKEN_FILE"
 
 
 class SessionStatus(StrEnum):
@@ -64,5 +70,29 @@ def decode_spec(body: bytes) -> SessionSpec:
 
 
 def token_from_env() -> str | None:
-    """The trainer token set in :data:`TOKEN_ENV`, or None."""
-    return os.environ.get(TOKEN_ENV) or None
+    """The trainer token set in :data:`TOKEN_ENV`, else read from the file
+    :data:`TOKEN_FILE_ENV` names (see :func:`read_token_file`), else None."""
+    token = os.environ.get(TOKEN_ENV)
+    if token:
+        return token
+    path = os.environ.get(TOKEN_FILE_ENV)
+    return read_token_file(path) if path else None
+
+
+def read_token_file(path: str) -> str:
+    """The token in ``path`` (surrounding whitespace stripped); ``ProxyError`` when it is
+    missing, empty, over 4 KiB, or readable by group or others."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOCTTY)
+    except OSError as exc:
+        raise ProxyError(f"cannot read the session token file {path}: {exc.strerror}") from exc
+    with os.fdopen(fd, "rb") as f:
+        mode = os.fstat(f.fileno()).st_mode
+        if mode & 0o077:
+            raise ProxyError(f"session token file {path} is readable by group or others "
+                             f"(mode {stat.S_IMODE(mode):o}); chmod 600 it")
+        data = f.read(4097)
+    token = data.decode("utf-8", "replace").strip()
+    if not token or len(data) > 4096 or "\n" in token:
+        raise ProxyError(f"session token file {path} must hold one token on one line")
+    return token

@@ -9,11 +9,12 @@ find and fix damage.
 from ._journal import Journal
 from ._layout import Layout
 from ._run import Run, open_run, remove_run
-from ._schema import COLUMNS, IndexRow, RecordRef
+from ._schema import COLUMNS, ROW_CRC, IndexRow, RecordRef, row_crc
 from ._status import EpisodeStatus, FsyncPolicy, RunStatus
 
 __all__ = [
     "COLUMNS",
+    "ROW_CRC",
     "EpisodeStatus",
     "FsyncPolicy",
     "IndexRow",
@@ -24,4 +25,5 @@ __all__ = [
     "RunStatus",
     "open_run",
     "remove_run",
+    "row_crc",
 ]

@@ -18,21 +18,24 @@ import errno
 import logging
 import os
 import sqlite3
+import time
 from typing import Any
 
 from .._errors import DecodeError, StoreError
 from ..codec import decode_record
 from ..trace import Episode
 from ._layout import Layout, read_meta, store_error
-from ._recover import columns_of, connect, recover
+from ._recover import columns_of, connect, fetch_all, recover, seal_index
 from ._schema import (
     COLUMNS,
+    ROW_CRC,
     IndexRow,
     RecordRef,
     insert_sql,
     row_from_header,
     rows_differ,
     select_list,
+    stored_columns,
 )
 from ._segments import map_segment, walk
 from ._status import RunStatus
@@ -40,8 +43,10 @@ from ._status import RunStatus
 __all__ = ["CheckReport", "Problem", "repair_run", "verify_run"]
 
 log = logging.getLogger("tracewire.store")
-_INSERT_AT = (f"INSERT OR REPLACE INTO episodes (seq, {', '.join(repr(c) for c in COLUMNS)}) "
-              f"VALUES (?, {', '.join('?' for _ in COLUMNS)})").replace("'", '"')
+_INSERT_AT = (f"INSERT OR REPLACE INTO episodes (seq, "
+              f"{', '.join(repr(c) for c in stored_columns())}) "
+              f"VALUES (?, {', '.join('?' for _ in stored_columns())})").replace("'", '"')
+_SEGMENT, _OFFSET, _WRITTEN = (tuple(COLUMNS).index(c) for c in ("segment", "offset", "written"))
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -147,9 +152,13 @@ def _is_episode(mm: Any, offset: int, length: int) -> bool:
     return isinstance(obj, Episode)
 
 
-def _stored_rows(conn: sqlite3.Connection) -> list[tuple[Any, ...]]:
-    select = select_list(columns_of(conn), ["seq", *COLUMNS])
-    return conn.execute(f"SELECT {select} FROM episodes ORDER BY seq").fetchall()
+def _stored_rows(conn: sqlite3.Connection) -> tuple[list[tuple[Any, ...]], bool]:
+    """Every row (``seq`` then :func:`stored_columns`), and whether checksums are required
+    (the index has the column)."""
+    present = columns_of(conn)
+    select = select_list(present, ["seq", *stored_columns()])
+    rows = fetch_all(conn, f"SELECT {select} FROM episodes ORDER BY seq")
+    return rows, ROW_CRC in present
 
 
 def _check_rows(conn: sqlite3.Connection, found: _Found, report: CheckReport
@@ -157,15 +166,17 @@ def _check_rows(conn: sqlite3.Connection, found: _Found, report: CheckReport
     """Problems of the index rows; returns the fixes: (action, seq, row to write)."""
     fixes: list[tuple[str, int, IndexRow | None]] = []
     seen: set[tuple[int, int]] = set()
-    raw = _stored_rows(conn)
+    raw, required = _stored_rows(conn)
     report.rows = len(raw)
     for values in raw:
         seq = int(values[0]) if isinstance(values[0], int) else -1
         try:
-            row = IndexRow.from_sql(values[1:])
+            row = IndexRow.from_stored(seq, values[1:], required)
         except StoreError as exc:
-            report.problems.append(Problem("damaged index row", f"seq {seq}", str(exc), True))
-            fixes.append(("delete", seq, None))
+            fix = _refill(found, seen, seq, values[1:])
+            detail = str(exc) + _shown_diff(values[1:-1], fix[2])
+            report.problems.append(Problem("damaged index row", f"seq {seq}", detail, True))
+            fixes.append(fix)
             continue
         key = (row.segment, row.offset)
         want = found.expected.get(key)
@@ -177,11 +188,9 @@ def _check_rows(conn: sqlite3.Connection, found: _Found, report: CheckReport
             fixes.append(("delete", seq, None))
             continue
         seen.add(key)
-        diff = rows_differ(row, want)
-        if diff:
-            shown = ", ".join(f"{c}={getattr(row, c)!r} (record: {getattr(want, c)!r})"
-                              for c in diff[:4])
-            report.problems.append(Problem("wrong index row", f"seq {seq}", shown, True))
+        shown = _shown_diff(values[1:-1], want)
+        if shown:
+            report.problems.append(Problem("wrong index row", f"seq {seq}", shown[2:], True))
             fixes.append(("replace", seq, dataclasses.replace(want, written=row.written)))
     for key, want in found.expected.items():
         if key in seen or found.ids.get(want.episode_id) != key:
@@ -191,6 +200,39 @@ def _check_rows(conn: sqlite3.Connection, found: _Found, report: CheckReport
             f"episode {want.episode_id!r} has no index row", True))
         fixes.append(("insert", -1, want))
     return fixes
+
+
+def _shown_diff(values: tuple[Any, ...], want: IndexRow | None) -> str:
+    """``"; col=stored (record: value), ..."`` for the columns of a row (as stored) that
+    disagree with its record; empty when they agree or the row cannot be read."""
+    if want is None:
+        return ""
+    try:
+        row = IndexRow.from_sql(values)
+    except StoreError:
+        return ""
+    diff = rows_differ(row, want)
+    return "".join(f"; {c}={getattr(row, c)!r} (record: {getattr(want, c)!r})"
+                   for c in diff[:4])
+
+
+def _refill(found: _Found, seen: set[tuple[int, int]], seq: int, values: tuple[Any, ...]
+            ) -> tuple[str, int, IndexRow | None]:
+    """The fix of a damaged row: rebuilt in place from the record it still points at (so it
+    keeps its arrival order), else deleted (its record is then indexed anew)."""
+    key = (values[_SEGMENT], values[_OFFSET])
+    want = found.expected.get(key) if seq >= 0 and all(
+        isinstance(k, int) and not isinstance(k, bool) for k in key) else None
+    if want is None or key in seen or found.ids.get(want.episode_id) != key:
+        return ("delete", seq, None)
+    seen.add(key)
+    # ``written`` (when the row was indexed) is not in the record: keep the stored one
+    # unless it is not a time this row could have (then the repair's own time).
+    written = values[_WRITTEN]
+    now = time.time()
+    ok = isinstance(written, float) and 0.0 < written <= now
+    want = dataclasses.replace(want, written=written if ok else now)
+    return ("replace", seq, want)
 
 
 def _check(layout: Layout, conn: sqlite3.Connection, report: CheckReport, live: bool
@@ -242,13 +284,18 @@ def repair_run(path: str | os.PathLike[str]) -> CheckReport:
             actions.append(_move_aside(layout))
         try:
             actions += _recover_and_fix(layout)
+            if _rows_still_wrong(layout):
+                # Rows written anew still read back wrong: the table's own definition is
+                # damaged (e.g. a column's type, so SQLite converts values). Rebuild.
+                raise StoreError(0, "rewritten rows still do not read back as written")
         except (StoreError, sqlite3.Error) as exc:
             # SQLite could read the damaged file but not write it: rebuild from segments.
             log.warning("%s: fixing the index in place failed (%s)", layout.root, exc)
             actions.append(_move_aside(layout))
             actions += _recover_and_fix(layout)
+        seal_index(layout)
     finally:
-        Layout.unlock(fd)
+        fd.release()
     conn = connect(layout, write=False)
     try:
         final = verify_run(layout, conn, read_meta(layout).get("status"))
@@ -274,14 +321,22 @@ def _recover_and_fix(layout: Layout) -> list[str]:
                     conn.execute("DELETE FROM episodes WHERE seq = ?", (seq,))
                     actions.append(f"deleted damaged or dangling index row seq {seq}")
                 elif row is not None and seq >= 0:  # in place: keeps its arrival order
-                    conn.execute(_INSERT_AT, (seq, *row.values()))
+                    conn.execute(_INSERT_AT, (seq, *row.stored()))
                     actions.append(f"rewrote the index row of episode {row.episode_id!r}")
                 elif row is not None:
-                    conn.execute(insert_sql(), row.values())
+                    conn.execute(insert_sql(), row.stored())
                     actions.append(f"indexed episode {row.episode_id!r}")
     finally:
         conn.close()
     return actions
+
+
+def _rows_still_wrong(layout: Layout) -> bool:
+    conn = connect(layout, write=True)
+    try:
+        return bool(_check(layout, conn, CheckReport(str(layout.root)), live=False))
+    finally:
+        conn.close()
 
 
 def _index_readable(layout: Layout) -> bool:

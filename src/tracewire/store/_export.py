@@ -4,7 +4,6 @@ import of a JSONL export back into a run."""
 from __future__ import annotations
 
 import asyncio
-import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
@@ -132,8 +131,3 @@ async def import_jsonl(src: Path, run_dir: Path, *, fsync: str = "interval") -> 
         finally:
             await run.close(status)
     return n
-
-
-def default_out(run_dir: Path, ext: str) -> Path:
-    """``<cwd>/<run name><ext>``."""
-    return Path(os.getcwd()) / f"{run_dir.resolve().name}{ext}"

@@ -4,10 +4,14 @@
 
     runs/<run>/
       meta.json              config, versions, start/end time, status (atomically replaced)
-      lock                   flock()ed by the one writer; free means "no live writer"
-      index.sqlite           one row per episode (WAL)
+      lock                   flock()ed by the writer too, for builds that lock only this file
+      index.sqlite           one row per episode (WAL while written; one file once closed)
       segments/00000000.twr  append-only binary records, rolled at a size limit
       live/<episode>.twj     journals of in-flight episodes (delta records)
+
+The writer lock is an ``flock`` on a descriptor of the run directory itself: no file
+inside can be deleted or replaced to break it (deleting ``lock`` used to admit a second
+writer). Free means "no live writer".
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from ._status import FsyncPolicy, RunStatus
 __all__ = [
     "FORMAT",
     "Layout",
+    "WriterLock",
     "atomic_write",
     "fsync_dir",
     "new_meta",
@@ -96,37 +101,74 @@ class Layout:
         found = [p for p in self.live.iterdir() if p.suffix == JOURNAL_SUFFIX]
         return sorted(found, key=lambda p: (p.stat().st_mtime if p.exists() else 0, p.name))
 
-    def try_lock(self) -> int | None:
-        """Take the writer lock without waiting: its fd, or None if a writer holds it."""
-        fd = os.open(self.lock, os.O_RDWR | os.O_CREAT, 0o644)
+    def try_lock(self) -> WriterLock | None:
+        """Take the writer lock without waiting (the directory must exist), or None if a
+        writer holds it. A probe (:meth:`writer_alive`) holds it shared for a moment, so a
+        busy lock is retried for up to ~50 ms before giving up."""
+        dfd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
+            if not _flock_retry(dfd):
+                os.close(dfd)
+                return None
+            ffd = os.open(self.lock, os.O_RDWR | os.O_CREAT, 0o644)
+        except BaseException:
+            os.close(dfd)
+            raise
+        if not _flock_retry(ffd):
+            # An older build's writer, which locks only the file, holds the run.
+            os.close(ffd)
+            os.close(dfd)
             return None
-        return fd
+        return WriterLock(dfd, ffd)
 
     def writer_alive(self) -> bool:
         """True while a writer holds the run's lock (probed read-only; creates nothing)."""
-        try:
-            fd = os.open(self.lock, os.O_RDONLY)
-        except OSError:
-            return False  # no lock file: no writer ever ran here, or it is not readable
-        try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return True
-        except OSError:
-            return False
-        finally:
-            os.close(fd)  # closing releases a shared lock taken here
+        for path, flags in ((self.root, os.O_RDONLY | os.O_DIRECTORY), (self.lock, os.O_RDONLY)):
+            try:
+                fd = os.open(path, flags)
+            except OSError:
+                continue  # no lock file: no older-build writer ever ran here
+            try:
+                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return True
+            except OSError:
+                pass
+            finally:
+                os.close(fd)  # closing releases a shared lock taken here
         return False
 
     @staticmethod
-    def unlock(fd: int) -> None:
+    def unlock(lock: WriterLock) -> None:
         """Release a lock from :meth:`try_lock`."""
-        fcntl.flock(fd, fcntl.LOCK_UN)
-        os.close(fd)
+        lock.release()
+
+
+class WriterLock:
+    """A held writer lock: the run directory's descriptor (the lock that counts) and the
+    ``lock`` file's (for older builds); :meth:`release` closes both."""
+
+    __slots__ = ("_fds",)
+
+    def __init__(self, dir_fd: int, file_fd: int) -> None:
+        self._fds = [dir_fd, file_fd]
+
+    def release(self) -> None:
+        """Release the lock (idempotent); closing a descriptor drops its flock."""
+        fds, self._fds = self._fds, []
+        for fd in fds:
+            os.close(fd)
+
+
+def _flock_retry(fd: int, tries: int = 10) -> bool:
+    for k in range(tries):
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            if k + 1 < tries:
+                time.sleep(0.005)
+    return False
 
 
 def fsync_dir(path: Path) -> None:

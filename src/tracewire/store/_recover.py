@@ -2,7 +2,9 @@
 
 Readers never change a file: they open the index read-only (``mode=ro``; on a read-only
 directory or mount, where SQLite cannot create the WAL's shared-memory file, as
-``immutable``) and report problems (``Run.verify``) instead of repairing them. Recovery runs
+``immutable``) and report problems (``Run.verify``) instead of repairing them. A run closed
+cleanly is not in WAL mode at all (:func:`seal_index`), so its ``index.sqlite`` alone holds
+every row wherever it is copied. Recovery runs
 only in a writer (``Run.create(resume=True)``) or in a repair a person asks for
 (``tracewire check --repair``), always holding the writer lock: it indexes records the index
 lacks, truncates a torn segment tail, and turns journals of episodes that were never
@@ -23,17 +25,21 @@ from ._encode import episode_parts
 from ._journal import read_journal
 from ._layout import Layout, fsync_dir, read_meta, store_error, write_meta
 from ._schema import (
+    COLUMNS,
     INDEX_VERSION,
+    ROW_CRC,
     RecordRef,
     add_columns_sql,
     create_sql,
     insert_sql,
+    row_crc,
     row_from_header,
+    select_list,
 )
 from ._segments import recover_segments, write_parts
 from ._status import RunStatus
 
-__all__ = ["columns_of", "connect", "recover"]
+__all__ = ["columns_of", "connect", "fetch_all", "recover", "seal_index"]
 
 log = logging.getLogger("tracewire.store")
 
@@ -64,12 +70,48 @@ def _connect_writer(layout: Layout) -> sqlite3.Connection:
     with conn:
         for stmt in create_sql():
             conn.execute(stmt)
-        for stmt in add_columns_sql(columns_of(conn)):
+        present = columns_of(conn)
+        for stmt in add_columns_sql(present):
             conn.execute(stmt)
+        if ROW_CRC not in present:
+            _backfill_checksums(conn, present)
         (version,) = conn.execute("PRAGMA user_version").fetchone()
         if version == 0:
             conn.execute(f"PRAGMA user_version = {INDEX_VERSION}")
     return conn
+
+
+def _backfill_checksums(conn: sqlite3.Connection, present: list[str]) -> None:
+    # An index from a build without row_crc: checksum its rows as they stand, so from now
+    # on a row without one is damage (``tracewire check`` still compares rows to records).
+    select = select_list(present, ["seq", *COLUMNS])
+    rows = conn.execute(f"SELECT {select} FROM episodes").fetchall()
+    conn.executemany(f'UPDATE episodes SET "{ROW_CRC}" = ? WHERE seq = ?',
+                     [(row_crc(r[1:]), r[0]) for r in rows])
+
+
+def seal_index(layout: Layout) -> bool:
+    """Fold the WAL into ``index.sqlite`` and leave WAL mode, so a closed run is one
+    self-contained file (no ``-wal``/``-shm``); the caller holds the writer lock and has
+    closed its own connections. False when another process still holds the index open:
+    then the WAL is only checkpointed (and emptied, unless a reader is mid-query)."""
+    if not layout.index.exists():
+        return True
+    try:
+        conn = sqlite3.connect(layout.index, timeout=2.0)
+        try:
+            conn.execute("PRAGMA busy_timeout = 2000")
+            busy, _, _ = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+            (mode,) = conn.execute("PRAGMA journal_mode = DELETE").fetchone()
+        finally:
+            conn.close()
+    except sqlite3.Error as exc:
+        log.warning("%s: cannot fold the index's WAL in: %s", layout.root, exc)
+        return False
+    if mode != "delete":
+        log.info("%s: index left in WAL mode (a reader holds it%s)", layout.root,
+                 "; WAL not emptied" if busy else "")
+    return bool(mode == "delete")
 
 
 def _connect_reader(layout: Layout) -> sqlite3.Connection:
@@ -95,6 +137,26 @@ def _connect_reader(layout: Layout) -> sqlite3.Connection:
     return conn
 
 
+def _lossy_text(data: bytes) -> str:
+    return data.decode("utf-8", "replace")
+
+
+def fetch_all(conn: sqlite3.Connection, sql: str, args: Any = ()) -> list[tuple[Any, ...]]:
+    """``conn.execute(sql, args).fetchall()``; a TEXT value that is not UTF-8 (a damaged
+    byte) is read with replacement characters, so its row fails its checksum (and is
+    named) instead of failing the whole query."""
+    try:
+        return conn.execute(sql, args).fetchall()
+    except sqlite3.OperationalError as exc:
+        if "decode" not in str(exc):
+            raise
+    conn.text_factory = _lossy_text
+    try:
+        return conn.execute(sql, args).fetchall()
+    finally:
+        conn.text_factory = str
+
+
 def columns_of(conn: sqlite3.Connection) -> list[str]:
     """Column names of the index table (empty when it does not exist)."""
     return [str(r[1]) for r in conn.execute("PRAGMA table_info(episodes)").fetchall()]
@@ -118,7 +180,7 @@ def _store_incomplete(layout: Layout, conn: sqlite3.Connection, parts: list[Any]
     row = row_from_header(parts[2], RecordRef(seg, start, info.total, info.header_crc),
                           time.time())
     with conn:
-        conn.execute(insert_sql(), row.values())
+        conn.execute(insert_sql(), row.stored())
 
 
 def recover(layout: Layout) -> dict[str, int]:

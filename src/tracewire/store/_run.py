@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import operator
 import os
 import shutil
 import sqlite3
@@ -19,9 +20,9 @@ from ..codec import decode_record
 from ..trace import Episode
 from ._check import CheckReport, repair_run, verify_run
 from ._journal import Journal, JournalTail
-from ._layout import Layout, new_meta, read_meta, store_error, write_meta
-from ._recover import columns_of, connect, recover
-from ._schema import COLUMNS, IndexRow, RecordRef, select_list
+from ._layout import Layout, WriterLock, new_meta, read_meta, store_error, write_meta
+from ._recover import columns_of, connect, fetch_all, recover, seal_index
+from ._schema import COLUMNS, ROW_CRC, IndexRow, RecordRef, check_rows, select_list, stored_columns
 from ._segments import read_record
 from ._status import FsyncPolicy, RunStatus
 from ._writer import AppendItem, FlushItem, JournalItem, Writer
@@ -30,6 +31,8 @@ __all__ = ["Run", "open_run"]
 
 Buffer = bytes | bytearray | memoryview
 _ORDER = {"seq", *COLUMNS}
+#: Position of each column in a ``SELECT seq, <stored_columns()>`` row.
+_POS = {c: i for i, c in enumerate(["seq", *stored_columns()])}
 
 
 class Run:
@@ -40,16 +43,18 @@ class Run:
     appends (each query sees the latest committed index rows; segments are append-only).
     """
 
-    def __init__(self, layout: Layout, meta: dict[str, Any], lock_fd: int | None) -> None:
+    def __init__(self, layout: Layout, meta: dict[str, Any], lock: WriterLock | None) -> None:
         self.layout = layout
         self.path = layout.root
         self._meta = meta
-        self._lock_fd = lock_fd
+        self._lock = lock
         self._conn = connect(layout, write=False)
         try:
             # An index written by an older build may lack appended columns: read them NULL.
             self._present = columns_of(self._conn)
-            self._select = select_list(self._present)
+            # Every read fetches the whole row and checks its row_crc (see _schema).
+            self._select = "seq, " + select_list(self._present, stored_columns())
+            self._crc_required = ROW_CRC in self._present
         except sqlite3.Error as exc:
             self._conn.close()
             raise store_error(f"cannot read index of {layout.root}", exc) from exc
@@ -91,13 +96,13 @@ class Run:
             raise ValueError(f"fsync must be one of {known}, not {fsync!r}") from None
         layout = Layout(path)
         config = dict(meta or {})
-        run_meta, lock_fd = await asyncio.to_thread(
+        run_meta, lock = await asyncio.to_thread(
             _prepare_writer, layout, config, fsync, segment_bytes, resume
         )
         try:
-            run = cls(layout, run_meta, lock_fd)
+            run = cls(layout, run_meta, lock)
         except BaseException:
-            Layout.unlock(lock_fd)
+            lock.release()
             raise
         run._loop = asyncio.get_running_loop()
         run._slots = asyncio.Semaphore(max_queued)
@@ -266,19 +271,25 @@ class Run:
                     await asyncio.to_thread(write_meta, self.layout, meta)
                     self._meta = meta
                 finally:
-                    self._release()
+                    await asyncio.to_thread(self._release, seal=writer.fatal is None)
         else:
             self._release()
 
-    def _release(self) -> None:
+    def _release(self, seal: bool = False) -> None:
         self._closed = True
         for fd in self._fds.values():
             os.close(fd)
         self._fds.clear()
         self._conn.close()
-        if self._lock_fd is not None:
-            Layout.unlock(self._lock_fd)
-            self._lock_fd = None
+        if self._lock is not None:
+            try:
+                if seal:
+                    # Still holding the lock, every connection of ours closed: fold the
+                    # WAL in, so the closed run is index.sqlite alone.
+                    seal_index(self.layout)
+            finally:
+                self._lock.release()
+                self._lock = None
 
     async def __aenter__(self) -> Run:
         return self
@@ -301,7 +312,7 @@ class Run:
     def _query(self, sql: str, args: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         try:
             with self._db_lock:
-                return self._conn.execute(sql, args).fetchall()
+                return fetch_all(self._conn, sql, args)
         except sqlite3.Error as exc:
             raise store_error(f"cannot read index of {self.path}", exc) from exc
 
@@ -332,16 +343,30 @@ class Run:
         sql = f'SELECT {self._select} FROM episodes{where} ORDER BY "{order_by.lstrip("-")}"{desc}'
         if limit is not None:
             sql += f" LIMIT {int(limit)}"
-        return [IndexRow.from_sql(r) for r in self._query(sql, args)]
+        req = self._crc_required
+        return [IndexRow.from_stored(r[0], r[1:], req) for r in self._query(sql, args)]
+
+    def _checked(self, where: str, args: Sequence[Any], columns: Sequence[str]
+                 ) -> list[tuple[Any, ...]]:
+        """Raw values of ``columns`` of the rows ``where`` selects, each row's checksum
+        verified first (a damaged row raises ``StoreError`` naming it)."""
+        rows = self._query(f"SELECT {self._select} FROM episodes{where}", args)
+        check_rows(rows, self._crc_required)
+        pos = [_POS[c] for c in columns]
+        if len(pos) == 1:
+            return [(r[pos[0]],) for r in rows]
+        get = operator.itemgetter(*pos)
+        return [get(r) for r in rows]
 
     def __len__(self) -> int:
         return int(self._query("SELECT COUNT(*) FROM episodes")[0][0])
 
-    def _columns(self, columns: Sequence[str]) -> str:
+    @staticmethod
+    def _columns(columns: Sequence[str]) -> list[str]:
         for c in columns:
             if c not in _ORDER:
                 raise ValueError(f"unknown index column {c!r}; known: seq, {', '.join(COLUMNS)}")
-        return select_list(self._present, columns)
+        return list(columns)
 
     def index_head(self) -> int:
         """The highest ``seq`` in the index (0 when empty; one B-tree probe): rows only ever
@@ -351,19 +376,19 @@ class Run:
 
     def index_since(self, seq: int, columns: Sequence[str]) -> list[tuple[Any, ...]]:
         """Raw values of ``columns`` (index column names, or ``"seq"``) of every row with a
-        ``seq`` above ``seq``, in ``seq`` order (``rewards``/``metrics`` as JSON text)."""
-        sql = f"SELECT {self._columns(columns)} FROM episodes WHERE seq > ? ORDER BY seq"
-        return self._query(sql, (int(seq),))
+        ``seq`` above ``seq``, in ``seq`` order (``rewards``/``metrics`` as JSON text);
+        a damaged row raises ``StoreError``."""
+        return self._checked(" WHERE seq > ? ORDER BY seq", (int(seq),), self._columns(columns))
 
     def index_at(self, seqs: Sequence[int], columns: Sequence[str]) -> list[tuple[Any, ...]]:
         """Raw values of ``columns`` of the rows with the given ``seq`` values (any order;
         missing ones are left out)."""
         out: list[tuple[Any, ...]] = []
-        select = self._columns(columns)
+        cols = self._columns(columns)
         for i in range(0, len(seqs), 500):
             chunk = [int(s) for s in seqs[i : i + 500]]
             marks = ", ".join("?" for _ in chunk)
-            out += self._query(f"SELECT {select} FROM episodes WHERE seq IN ({marks})", chunk)
+            out += self._checked(f" WHERE seq IN ({marks})", chunk, cols)
         return out
 
     def read(self, ref: RecordRef) -> Episode:
@@ -408,8 +433,8 @@ class Run:
 
     def index(self, kind: str = "pandas") -> Any:
         """The index as a DataFrame (``kind``: "pandas" or "polars"); rewards/metrics JSON."""
-        rows = self._query(f"SELECT seq, {self._select} FROM episodes ORDER BY seq")
         cols = ["seq", *COLUMNS]
+        rows = self._checked(" ORDER BY seq", (), cols)
         data = {c: [r[i] for r in rows] for i, c in enumerate(cols)}
         if kind == "pandas":
             import pandas as pd
@@ -423,9 +448,7 @@ class Run:
 
     def completed_pairs(self) -> set[tuple[str, int]]:
         """``(task_key, group_index)`` of every episode stored complete (for resume)."""
-        got = self._query(
-            "SELECT DISTINCT task_key, group_index FROM episodes WHERE status = 'complete'"
-        )
+        got = self._checked(" WHERE status = 'complete'", (), ["task_key", "group_index"])
         return {(str(k), int(i)) for k, i in got}
 
     def live(self) -> list[Episode]:
@@ -477,13 +500,13 @@ class Run:
 
 def _prepare_writer(
     layout: Layout, config: dict[str, Any], fsync: str, segment_bytes: int, resume: bool
-) -> tuple[dict[str, Any], int]:
+) -> tuple[dict[str, Any], WriterLock]:
     try:
         layout.root.mkdir(parents=True, exist_ok=True)
-        fd = layout.try_lock()
+        lock = layout.try_lock()
     except OSError as exc:
         raise store_error(f"cannot create run {layout.root}", exc) from exc
-    if fd is None:
+    if lock is None:
         raise StoreError(errno.EBUSY, f"run {layout.root} already has a live writer")
     try:
         if layout.meta.exists():
@@ -505,9 +528,9 @@ def _prepare_writer(
         write_meta(layout, meta)
         connect(layout, write=True).close()
     except BaseException:
-        Layout.unlock(fd)
+        lock.release()
         raise
-    return meta, fd
+    return meta, lock
 
 
 def open_run(path: str | os.PathLike[str]) -> Run:
@@ -518,8 +541,11 @@ def open_run(path: str | os.PathLike[str]) -> Run:
 def remove_run(path: str | os.PathLike[str]) -> None:
     """Delete a run directory (refuses while a writer holds it)."""
     layout = Layout(path)
-    fd = layout.try_lock()
-    if fd is None:
+    try:
+        lock = layout.try_lock()
+    except OSError as exc:
+        raise store_error(f"cannot remove run {path}", exc) from exc
+    if lock is None:
         raise StoreError(errno.EBUSY, f"run {path} has a live writer")
-    Layout.unlock(fd)
+    lock.release()
     shutil.rmtree(layout.root)

@@ -231,7 +231,7 @@ def recover_segments(layout: Layout, conn: sqlite3.Connection) -> tuple[int, int
         ).fetchone()
         rows, end = _scan(path, seg, int(covered))
         for row in rows:
-            conn.execute(insert_sql(), row.values())
+            conn.execute(insert_sql(), row.stored())
         added += len(rows)
         if end < size:
             with open(path, "r+b") as f:

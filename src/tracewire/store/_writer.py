@@ -282,7 +282,7 @@ class Writer(threading.Thread):
         if err is None and rows:
             try:
                 with self._conn:
-                    self._conn.executemany(insert_sql(), [r.values() for r in rows])
+                    self._conn.executemany(insert_sql(), [r.stored() for r in rows])
             except (sqlite3.Error, OSError) as exc:
                 err = store_error("cannot write the index", exc)
         for row, done, journal in pending:

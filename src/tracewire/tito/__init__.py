@@ -7,8 +7,8 @@ extra ``tracewire[tito]``, imported only when a tokenizer is loaded.
 :class:`TokenSession` resolves each request's history, bridges (recorded ids + junction +
 suffix) or re-renders with a reason; :func:`parse_completion` / :class:`StreamParser` turn
 the completion text back into an assistant message; ``tracewire.tito.codecs`` speaks the
-token-in endpoints of vLLM and SGLang; :func:`mismatch_report` compares a branch with a
-canonical re-render.
+token-in endpoints of vLLM, SGLang and llama.cpp's llama-server; :func:`mismatch_report`
+compares a branch with a canonical re-render.
 """
 
 from __future__ import annotations

@@ -13,9 +13,13 @@ Pure functions over dicts: no session, no socket (the upstream that uses them ow
   (output only, keeps prefix caching); ``meta_info.output_token_logprobs`` holds
   ``[logprob, id, text|null]`` triples. Streamed chunks carry the output so far
   (cumulative) unless the server runs with incremental streaming output.
+- llama.cpp's ``llama-server`` ``POST /completion`` (``prompt`` as ids, ``return_tokens``,
+  ``post_sampling_probs``; one chunk per token streamed): :mod:`tracewire.tito._llamacpp`,
+  which also decides which sampling settings can be recorded honestly.
 
-A reply whose logprob count differs from its completion length, or whose ids are missing or
-not integers, raises :class:`~tracewire.tito.UpstreamShapeError` (502, never recorded).
+A reply whose logprob count differs from its completion length, or whose ids are missing,
+not integers or outside ``[0, 2**31)``, raises :class:`~tracewire.tito.UpstreamShapeError`
+(502); :func:`check_ids` bounds a completion by the vocabulary and the requested length.
 """
 
 from __future__ import annotations
@@ -26,11 +30,13 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from . import _llamacpp as llama
 from ._errors import UpstreamShapeError
+from ._ids import ID_BOUND, LENGTH_SLACK, check_ids
 
-__all__ = ["Generation", "GenerationDelta", "SamplingParams", "StreamDecoder", "UpstreamApi",
-           "decode_response", "encode_request", "error_message", "request_path"]
-
+__all__ = ["ID_BOUND", "LENGTH_SLACK", "Generation", "GenerationDelta", "SamplingParams",
+           "StreamDecoder", "UpstreamApi", "check_ids", "decode_response", "encode_request",
+           "error_message", "refusal", "request_path", "sampling_keys"]
 
 class UpstreamApi(StrEnum):
     """Which token-in endpoint the model server is asked on."""
@@ -38,11 +44,13 @@ class UpstreamApi(StrEnum):
     COMPLETIONS = "completions"
     GENERATE = "generate"
     SGLANG = "sglang"
+    LLAMACPP = "llamacpp"
 
 
 _PATHS = {UpstreamApi.COMPLETIONS: "/v1/completions",
           UpstreamApi.GENERATE: "/inference/v1/generate",
-          UpstreamApi.SGLANG: "/generate"}
+          UpstreamApi.SGLANG: "/generate",
+          UpstreamApi.LLAMACPP: "/completion"}
 
 #: Sampling keys passed through as they are, when the harness set them.
 PASSTHROUGH = ("top_k", "min_p", "presence_penalty", "frequency_penalty",
@@ -52,6 +60,17 @@ PASSTHROUGH = ("top_k", "min_p", "presence_penalty", "frequency_penalty",
 def request_path(api: UpstreamApi) -> str:
     """The endpoint's path on the server (no ``/v1`` base added to the generate routes)."""
     return _PATHS[api]
+
+
+def sampling_keys(api: UpstreamApi) -> tuple[str, ...]:
+    """The harness's sampling keys forwarded to ``api`` (besides temperature and top_p)."""
+    return llama.HONEST_KEYS if api is UpstreamApi.LLAMACPP else PASSTHROUGH
+
+
+def refusal(api: UpstreamApi, body: dict[str, Any]) -> str | None:
+    """Why ``body``'s sampling settings cannot be served with an honest recorded logprob
+    on ``api`` (None when they can; only llama-server's chain is checked)."""
+    return llama.refusal(body) if api is UpstreamApi.LLAMACPP else None
 
 
 @dataclass(slots=True)
@@ -71,6 +90,11 @@ def encode_request(api: UpstreamApi, prompt_ids: Sequence[int], params: Sampling
                    model: str = "", stream: bool = False, request_id: str | None = None
                    ) -> dict[str, Any]:
     """The JSON body asking ``api`` to continue ``prompt_ids``."""
+    if api is UpstreamApi.LLAMACPP:
+        return llama.encode_completion(
+            prompt_ids, max_tokens=params.max_tokens, temperature=params.temperature,
+            n_probs=params.top_logprobs,
+            extra={**params.extra, "top_p": params.top_p}, stream=stream)
     extra = {k: params.extra[k] for k in PASSTHROUGH if params.extra.get(k) is not None}
     stops = [int(i) for i in params.stop_ids]
     if api is UpstreamApi.COMPLETIONS:
@@ -115,6 +139,8 @@ class Generation:
     text: str | None = None
     prompt_ids: list[int] | None = None
     usage: dict[str, int] = field(default_factory=dict)
+    #: The server's own timings when it reports them (llama-server's ``timings``).
+    timings: dict[str, Any] = field(default_factory=dict)
 
     @property
     def ended_by_stop(self) -> bool:
@@ -147,9 +173,9 @@ def error_message(body: Any) -> str | None:
 
 
 def _ints(v: Any, what: str) -> list[int]:
-    if not isinstance(v, list) or not all(isinstance(i, int) and not isinstance(i, bool)
-                                          for i in v):
+    if not isinstance(v, list):
         raise UpstreamShapeError(f"upstream reply: {what} is not a list of integer ids")
+    check_ids(v, what=what)
     return v
 
 
@@ -255,8 +281,26 @@ def _checked(g: Generation) -> Generation:
     return g
 
 
-def decode_response(api: UpstreamApi, body: Any) -> Generation:
-    """The :class:`Generation` in a non-streamed reply of ``api``."""
+def decode_response(api: UpstreamApi, body: Any, *, stop_ids: Sequence[int] = ()
+                    ) -> Generation:
+    """The :class:`Generation` in a non-streamed reply of ``api``; ``stop_ids`` cut a
+    llama-server completion after the first of them (it stops only on its own
+    end-of-generation ids)."""
+    if api is UpstreamApi.LLAMACPP:
+        msg = error_message(body)
+        if msg is not None:
+            raise UpstreamShapeError(f"llama-server failed: {msg}")
+        ids, lps, finish, text, usage, timings = llama.decode_completion(body)
+        _ints(ids, "tokens")
+        n = llama.cut_at_stop(ids, stop_ids)
+        if n is not None:
+            text = text if n == len(ids) else ""
+            ids, lps, finish = ids[:n], lps[:n], "stop"
+            usage = {**usage, "completion_tokens": n}
+        if finish is None:
+            raise UpstreamShapeError("llama-server reply did not say how it stopped "
+                                     f"(stop_type {body.get('stop_type')!r}); not recorded")
+        return _checked(Generation(ids, lps, finish, text or None, None, usage, timings))
     if api is UpstreamApi.SGLANG:
         if not isinstance(body, dict):
             raise UpstreamShapeError("upstream reply is not a JSON object")
@@ -280,11 +324,42 @@ class StreamDecoder:
     and returns the whole :class:`Generation`. ``cumulative`` (SGLang's default): each
     chunk repeats the output so far."""
 
-    def __init__(self, api: UpstreamApi, *, cumulative: bool = True) -> None:
+    def __init__(self, api: UpstreamApi, *, cumulative: bool = True,
+                 stop_ids: Sequence[int] = ()) -> None:
         self.api = api
         self.cumulative = cumulative and api is UpstreamApi.SGLANG
         self.gen = Generation([], [])
         self._text = ""
+        self._llama = llama.LlamaStream() if api is UpstreamApi.LLAMACPP else None
+        self._stops = frozenset(int(i) for i in stop_ids)
+        self._stopped = False
+
+    @property
+    def done(self) -> bool:
+        """Whether the reply is complete (llama-server: its last chunk came, or a stop id
+        did); the caller stops reading then."""
+        if self._llama is None:
+            return False
+        return self._llama.done
+
+    def _feed_llama(self, chunk: Any, st: llama.LlamaStream) -> GenerationDelta:
+        g = self.gen
+        if self._stopped:
+            # After a stop id: the server's last chunk (it stopped too), or ids past a stop
+            # it does not know, dropped (the caller stops reading, which cancels them).
+            if isinstance(chunk, dict) and chunk.get("stop") is True:
+                st.last(chunk, len(g.ids))
+                g.usage, g.timings = st.usage, st.timings
+            st.done = True
+            return GenerationDelta([], [])
+        ids, lps, text = st.feed(chunk)
+        _ints(ids, "tokens")
+        g.usage, g.timings = st.usage or g.usage, st.timings or g.timings
+        n = llama.cut_at_stop(ids, self._stops)
+        if n is None:
+            return GenerationDelta(ids, lps, text, st.finish_reason if st.done else None)
+        self._stopped = True
+        return GenerationDelta(ids[:n], lps[:n], text if n == len(ids) else "", "stop")
 
     def feed(self, chunk: Any) -> GenerationDelta:
         """The ids, logprobs and text one chunk adds."""
@@ -294,7 +369,9 @@ class StreamDecoder:
         if msg is not None:
             raise UpstreamShapeError(f"upstream stream failed: {msg}")
         g = self.gen
-        if self.api is UpstreamApi.SGLANG:
+        if self._llama is not None:
+            piece = self._feed_llama(chunk, self._llama)
+        elif self.api is UpstreamApi.SGLANG:
             piece, _ = _sglang_piece(chunk)
             if self.cumulative:
                 n = len(g.ids)
@@ -323,5 +400,9 @@ class StreamDecoder:
         return piece
 
     def finish(self) -> Generation:
-        """The whole generation, checked (logprob count = completion length)."""
+        """The whole generation, checked (logprob count = completion length; a llama-server
+        stream must have said how it stopped)."""
+        if self._llama is not None and self.gen.finish_reason is None:
+            raise UpstreamShapeError("llama-server stream ended before its last chunk; "
+                                     "not recorded")
         return _checked(self.gen)

@@ -11,13 +11,20 @@ built into a Rust ``tokenizers`` object (no torch), with llama.cpp's rules:
 - ``pre`` names a list of regular expressions that llama.cpp applies one after another, each
   splitting every piece so far into its matches and the text between them. ``smollm``
   (and ``starcoder``, ``refact``, ...) first isolates every digit (``\\p{N}``), then splits
-  with GPT-2's expression; ``gpt2``-style names use GPT-2's expression alone.
+  with GPT-2's expression; ``gpt2``-style names use GPT-2's expression alone; ``llama-bpe``
+  (Llama 3) and ``qwen2`` use their own single expression (Llama 3 also takes a piece found
+  whole in the vocabulary as one token, before any merge).
 - Control, unknown and user-defined tokens are matched as whole strings in the raw text
-  before any splitting (what ``/tokenize`` does with ``parse_special``).
+  before any splitting (what ``/tokenize`` does with ``parse_special``). Known gaps, none
+  of which SmolLM2's file has: llama.cpp takes special tokens longest first over the whole
+  text where ``tokenizers`` takes the leftmost (they differ only when two special tokens'
+  texts overlap), and the space-stripping it sets for a few models' tokens by name is not
+  reproduced.
 
 Reading the metadata is the slow part (``gguf`` builds a view per array element, ~2 s for a
-49k vocabulary), so the built tokenizer is cached on disk per file (resolved path, size,
-mtime) under the tracewire cache directory, and in memory per process.
+49k vocabulary), so a tokenizer that took at least :data:`CACHE_MIN_BUILD_S` to build is
+cached on disk per file (resolved path, size, mtime) under the tracewire cache directory
+(the newest :data:`MAX_CACHED` files kept), and every one in memory per process.
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ import os
 import struct
 import tempfile
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,7 +44,8 @@ import orjson
 
 from ._errors import TemplateError, TitoUnavailableError
 
-__all__ = ["GgufTokenizer", "gguf_cache_dir", "is_gguf", "load_gguf"]
+__all__ = ["PRE_TOKENIZERS", "GgufTokenizer", "PreTokenizer", "gguf_cache_dir", "is_gguf",
+           "load_gguf"]
 
 _HINT = "reading a GGUF tokenizer needs the optional extra: pip install 'tracewire[tito]'"
 
@@ -44,17 +53,44 @@ _HINT = "reading a GGUF tokenizer needs the optional extra: pip install 'tracewi
 #: digit runs, other-symbol runs, whitespace not followed by non-space, whitespace).
 _GPT2 = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)"
 
-#: ``tokenizer.ggml.pre`` -> the expressions llama.cpp splits with, in order (read off
-#: llama.cpp's vocabulary loader; only these groups are supported).
-PRE_TOKENIZERS: dict[str, tuple[str, ...]] = {
-    **{name: (r"\p{N}", _GPT2) for name in (
+#: Llama 3's: case-insensitive contractions, a letter run with one leading non-letter,
+#: digit runs of at most three, symbol runs with trailing newlines, newline runs, spaces.
+_LLAMA3 = (r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+"
+           r"|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+#: Qwen2's: as Llama 3's with every digit on its own.
+_QWEN2 = (r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+"
+          r"|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+
+
+@dataclass(frozen=True, slots=True)
+class PreTokenizer:
+    """How llama.cpp pre-tokenizes for one ``tokenizer.ggml.pre``: the expressions it splits
+    with, in order, and whether a piece found whole in the vocabulary skips the merges."""
+
+    exprs: tuple[str, ...]
+    ignore_merges: bool = False
+
+
+#: ``tokenizer.ggml.pre`` -> its pre-tokenizer (read off llama.cpp's vocabulary loader;
+#: only these groups are supported, each checked against llama.cpp's tokenizer test
+#: vocabularies).
+PRE_TOKENIZERS: dict[str, PreTokenizer] = {
+    **{name: PreTokenizer((r"\p{N}", _GPT2)) for name in (
         "smollm", "starcoder", "refact", "command-r", "codeshell", "exaone", "minerva")},
-    **{name: (_GPT2,) for name in ("gpt-2", "gpt2", "phi-2", "jina-es", "jina-de",
-                                   "jina-v2-es", "jina-v2-de", "mpt", "olmo", "jais")},
+    **{name: PreTokenizer((_GPT2,)) for name in (
+        "gpt-2", "gpt2", "phi-2", "jina-es", "jina-de", "jina-v2-es", "jina-v2-de", "mpt",
+        "olmo", "jais")},
+    **{name: PreTokenizer((_LLAMA3,), ignore_merges=True) for name in (
+        "llama3", "llama-v3", "llama-bpe", "falcon3", "pixtral")},
+    **{name: PreTokenizer((_QWEN2,)) for name in ("qwen2", "deepseek-r1-qwen")},
 }
 
 #: Bump when the built form changes, so old cache files are not reused.
-_CACHE_VERSION = 1
+_CACHE_VERSION = 2
+#: Builds faster than this are not written to the disk cache.
+CACHE_MIN_BUILD_S = 0.25
+#: Cache files kept (the newest); older ones are removed when a new one is written.
+MAX_CACHED = 16
 
 _TOKEN_NORMAL, _TOKEN_UNKNOWN, _TOKEN_CONTROL, _TOKEN_USER = 1, 2, 3, 4
 
@@ -146,8 +182,8 @@ def _build(path: Path) -> GgufTokenizer:
         raise TemplateError(f"{path}: tokenizer.ggml.model {meta['model']!r} is not supported "
                             "(only byte-level BPE, 'gpt2')")
     pre = str(meta["pre"])
-    exprs = PRE_TOKENIZERS.get(pre)
-    if exprs is None:
+    spec = PRE_TOKENIZERS.get(pre)
+    if spec is None:
         raise TemplateError(f"{path}: tokenizer.ggml.pre {pre!r} is not supported (supported: "
                             f"{', '.join(sorted(PRE_TOKENIZERS))})")
     try:
@@ -169,11 +205,11 @@ def _build(path: Path) -> GgufTokenizer:
             raise TemplateError(f"{path}: malformed merge {m!r}")
         merges.append((a, b))
     tok = Tokenizer(models.BPE(vocab=vocab, merges=merges, fuse_unk=False,
-                               byte_fallback=False))
+                               byte_fallback=False, ignore_merges=spec.ignore_merges))
     # Each expression splits every piece so far, matches and gaps both kept: llama.cpp's
     # sequential regex split. ByteLevel then only maps bytes (its own regex off).
     tok.pre_tokenizer = pre_tokenizers.Sequence(
-        [pre_tokenizers.Split(Regex(e), behavior="isolated") for e in exprs]
+        [pre_tokenizers.Split(Regex(e), behavior="isolated") for e in spec.exprs]
         + [pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
     tok.decoder = decoders.ByteLevel()
     special = [t for t, k in zip(tokens, types, strict=False)
@@ -236,6 +272,16 @@ def _store(cache: Path, built: GgufTokenizer) -> None:
                 os.unlink(tmp)
 
 
+def _prune(directory: Path) -> None:
+    """Keep the newest MAX_CACHED cache files (one per GGUF file and version seen)."""
+    with contextlib.suppress(OSError):
+        files = sorted(directory.glob("gguf-*.json"), key=lambda f: f.stat().st_mtime,
+                       reverse=True)
+        for old in files[MAX_CACHED:]:
+            with contextlib.suppress(OSError):
+                old.unlink()
+
+
 def load_gguf(path: str | Path, *, use_cache: bool = True) -> GgufTokenizer:
     """The tokenizer of the GGUF file ``path`` (see module docstring);
     :class:`TemplateError` for a file that is not GGUF or whose tokenizer is unsupported."""
@@ -254,9 +300,13 @@ def load_gguf(path: str | Path, *, use_cache: bool = True) -> GgufTokenizer:
     cache = _cache_file(p, st)
     built = _load_cached(cache, p) if use_cache else None
     if built is None:
+        t0 = time.perf_counter()
         built = _build(p)
-        if use_cache:
+        # Only a slow build is worth a file (a small vocabulary builds in milliseconds:
+        # tests' fixture files would otherwise pile up in the user's cache).
+        if use_cache and time.perf_counter() - t0 >= CACHE_MIN_BUILD_S:
             _store(cache, built)
+            _prune(cache.parent)
     with _memo_lock:
         _memo[key] = built
     return built

@@ -21,13 +21,14 @@ import orjson
 from ._tokenizer import decoded_arguments
 
 __all__ = ["Continuation", "ConversationIndex", "IdBuffer", "RecordedTurn", "RerenderReason",
-           "message_digest"]
+           "message_digest", "tools_key"]
 
 
 class RerenderReason(StrEnum):
     """Why a request could not continue a recorded branch (so it is re-rendered whole)."""
 
     SYSTEM_CHANGED = "system_changed"
+    TOOLS_CHANGED = "tools_changed"  # the template renders the new tools differently
     ASSISTANT_EDITED = "assistant_edited"
     HISTORY_CHANGED = "history_changed"  # compaction, edited/dropped user or tool messages
     TRUNCATED = "truncated"  # the request drops messages off the end of the history
@@ -56,6 +57,13 @@ def message_digest(m: dict[str, Any]) -> bytes:
              m.get("name") or "")
     data = orjson.dumps(canon, option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS)
     return hashlib.blake2b(data, digest_size=16).digest()
+
+
+def tools_key(tools: Sequence[Any] | None) -> bytes:
+    """A request's tools as JSON (None and [] alike), keys in the order sent: templates
+    serialize tools as given (``tojson`` keeps key order), so order is part of what the
+    model sees; ``orjson.loads`` of the key gives the tools back in that order."""
+    return orjson.dumps(list(tools or ()), option=orjson.OPT_NON_STR_KEYS)
 
 
 def _chain(messages: Sequence[dict[str, Any]],
@@ -90,12 +98,14 @@ class IdBuffer:
 @dataclass(slots=True, eq=False)
 class RecordedTurn:
     """A point of a branch: the first ``length`` ids of ``buffer`` are what the model saw
-    (and sampled) up to here; ``ended_by_stop`` is false for a length-cut completion."""
+    (and sampled) up to here; ``ended_by_stop`` is false for a length-cut completion;
+    ``tools`` is the key (:func:`tools_key`) of the tools the branch was rendered with."""
 
     buffer: IdBuffer
     length: int
     ended_by_stop: bool = True
     branch: int = 0
+    tools: bytes = b"[]"
 
     @property
     def last_id(self) -> int | None:
@@ -112,12 +122,12 @@ class RecordedTurn:
         if len(buf.ids) != self.length:
             buf = IdBuffer(buf.ids[: self.length])
         buf.ids.extend(added)
-        return RecordedTurn(buf, len(buf.ids), ended_by_stop, self.branch)
+        return RecordedTurn(buf, len(buf.ids), ended_by_stop, self.branch, self.tools)
 
     @staticmethod
-    def root(ids: Sequence[int], branch: int) -> RecordedTurn:
-        """A new branch starting with ``ids``."""
-        return RecordedTurn(IdBuffer(list(ids)), len(ids), True, branch)
+    def root(ids: Sequence[int], branch: int, tools: bytes = b"[]") -> RecordedTurn:
+        """A new branch starting with ``ids`` (rendered with the tools keyed ``tools``)."""
+        return RecordedTurn(IdBuffer(list(ids)), len(ids), True, branch, tools)
 
 
 @dataclass(slots=True)
@@ -191,10 +201,11 @@ class ConversationIndex:
             return RerenderReason.SYSTEM_CHANGED
         return RerenderReason.HISTORY_CHANGED
 
-    def new_branch(self, ids: Sequence[int]) -> RecordedTurn:
-        """A new branch whose prompt is ``ids`` (a first turn or a re-render)."""
+    def new_branch(self, ids: Sequence[int], tools: bytes = b"[]") -> RecordedTurn:
+        """A new branch whose prompt is ``ids`` (a first turn or a re-render), rendered
+        with the tools keyed ``tools``."""
         self._branches += 1
-        return RecordedTurn.root(ids, self._branches - 1)
+        return RecordedTurn.root(ids, self._branches - 1, tools)
 
     def record(self, messages: Sequence[dict[str, Any]], chain: Sequence[bytes],
                prompt: RecordedTurn, assistant: dict[str, Any], completion: Sequence[int],

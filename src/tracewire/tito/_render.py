@@ -21,6 +21,7 @@ import orjson
 
 from ._errors import BridgeError, TemplateError, TruncatedTurnError
 from ._family import DUMMY_ASSISTANT, Family, LengthRule, dummy_prefixes, probe_family
+from ._history import tools_key
 from ._tokenizer import ChatTokenizer, chat_messages
 
 __all__ = ["PromptBuilder", "Rendered"]
@@ -87,7 +88,7 @@ class PromptBuilder:
         self.family = probe_family(self.tok)
 
     def _dummy(self, tools: Sequence[Any] | None) -> _Dummy:
-        key = orjson.dumps(list(tools or ()), option=orjson.OPT_SORT_KEYS)
+        key = tools_key(tools)
         d = self._dummies.get(key)
         if d is None:
             last: TemplateError | None = None
@@ -104,6 +105,15 @@ class PromptBuilder:
                 self._dummies.clear()
             self._dummies[key] = d
         return d
+
+    def tools_render_differently(self, old: bytes, new: bytes) -> bool:
+        """Whether the template renders a conversation differently under the tools keyed
+        ``old`` and ``new`` (:func:`~tracewire.tito._history.tools_key`): a tools block
+        before the history, or tool-dependent turns. False for a template that ignores
+        tools, so changing them there keeps the branch."""
+        if old == new:
+            return False
+        return self._dummy(orjson.loads(old)).whole != self._dummy(orjson.loads(new)).whole
 
     def _boundaries(self, base: list[dict[str, Any]], msgs: list[dict[str, Any]],
                     tools: Sequence[Any] | None, text: str, start: int) -> list[int]:

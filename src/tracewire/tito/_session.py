@@ -9,19 +9,31 @@ assistant message it returns and the sampled ids.
 
 from __future__ import annotations
 
+import hashlib
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import orjson
 from numpy.typing import NDArray
 
 from ._errors import BridgeError
-from ._history import Continuation, ConversationIndex, IdBuffer, RecordedTurn, RerenderReason
+from ._history import (
+    Continuation,
+    ConversationIndex,
+    IdBuffer,
+    RecordedTurn,
+    RerenderReason,
+    tools_key,
+)
 from ._render import PromptBuilder, Rendered
 
 __all__ = ["BranchTip", "Plan", "TokenSession"]
+
+#: Branches whose tools a session remembers (re-renders are rare; the newest matter).
+MAX_BRANCH_TOOLS = 256
 
 
 @dataclass(slots=True)
@@ -60,11 +72,40 @@ class TokenSession:
         self.index = index or ConversationIndex()
         self.rerenders: Counter[str] = Counter()
         self.bridges = 0
+        #: The tools (:func:`tools_key`) the last turn planned by :meth:`plan_on` used.
+        self.last_tools: bytes | None = None
+        # (length, digest of the ids, tools key) of each branch's first prompt, newest last:
+        # which tools a recorded branch was rendered with (the trace does not keep tools).
+        self._branch_tools: list[tuple[int, bytes, bytes]] = []
+
+    def _new_branch(self, ids: list[int], key: bytes) -> RecordedTurn:
+        self._branch_tools.append((len(ids), _digest(ids), key))
+        del self._branch_tools[:-MAX_BRANCH_TOOLS]
+        return self.index.new_branch(ids, key)
+
+    def tools_of(self, ids: Sequence[int] | NDArray[np.int32]) -> Any:
+        """The tools (a list, empty for none) the branch whose recorded ids are ``ids`` was
+        rendered with (the newest branch whose first prompt they start with), None when
+        unknown."""
+        arr = np.asarray(ids)
+        for n, digest, key in reversed(self._branch_tools):
+            if len(arr) >= n and _digest(arr[:n]) == digest:
+                return orjson.loads(key)
+        return None
+
+    def _tools_changed(self, before: bytes | None, now: bytes) -> bool:
+        # Changed tools only matter where the template renders them: the recorded ids
+        # hold the old tools block, which the model would keep seeing.
+        return before is not None and self.builder.tools_render_differently(before, now)
 
     def plan(self, messages: Sequence[dict[str, Any]], tools: Sequence[Any] | None = None
              ) -> Plan:
         """Resolve ``messages`` against what was recorded and build the prompt."""
+        key = tools_key(tools)
         cont = self.index.resolve(messages)
+        if cont.turn is not None and self._tools_changed(cont.turn.tools, key):
+            cont = Continuation("full", None, messages, RerenderReason.TOOLS_CHANGED,
+                                cont.chain)
         if cont.kind == "same" and cont.turn is not None:
             plan = Plan(cont, cont.turn, None, messages)
             plan.point = cont.turn
@@ -86,7 +127,7 @@ class TokenSession:
             self.rerenders[reason.value] += 1
         r = self.builder.render_full(messages, tools, reason=reason.value if reason else "")
         plan = Plan(cont, None, r, messages)
-        plan.point = self.index.new_branch(r.ids)
+        plan.point = self._new_branch(r.ids, key)
         return plan
 
     def plan_on(self, messages: Sequence[dict[str, Any]], tools: Sequence[Any] | None, *,
@@ -102,7 +143,12 @@ class TokenSession:
         """
         msgs = list(messages)
         new_msgs = msgs[len(msgs) - new:] if new else []
-        if base_ids is not None:
+        key = tools_key(tools)
+        before, self.last_tools = self.last_tools, key
+        if base_ids is not None and self._tools_changed(before, key):
+            # The matched ids were rendered with other tools: their tools block is stale.
+            reason: RerenderReason | None = RerenderReason.TOOLS_CHANGED
+        elif base_ids is not None:
             # A list is taken over, not copied (the caller made it for this turn).
             buf = IdBuffer(base_ids if isinstance(base_ids, list) else list(base_ids))
             base = RecordedTurn(buf, len(buf.ids), ended_by_stop)
@@ -115,7 +161,7 @@ class TokenSession:
                     r = self.builder.bridge(base.last_id if ended_by_stop else None,
                                             base.length, new_msgs, tools)
                 except BridgeError:
-                    reason: RerenderReason | None = RerenderReason.TEMPLATE
+                    reason = RerenderReason.TEMPLATE
                 else:
                     self.bridges += 1
                     plan = Plan(Continuation("bridge", base, new_msgs), base, r, msgs)
@@ -135,7 +181,7 @@ class TokenSession:
             self.rerenders[reason.value] += 1
         r = self.builder.render_full(msgs, tools, reason=reason.value if reason else "")
         plan = Plan(Continuation("full", None, msgs, reason), None, r, msgs)
-        plan.point = self.index.new_branch(r.ids)
+        plan.point = self._new_branch(r.ids, key)
         return plan
 
     def commit(self, plan: Plan, assistant: dict[str, Any], completion: Sequence[int],
@@ -145,6 +191,10 @@ class TokenSession:
         length)."""
         return self.index.record(plan.messages, plan.continuation.chain, plan.point,
                                  assistant, completion, ended_by_stop)
+
+
+def _digest(ids: Sequence[int] | NDArray[Any]) -> bytes:
+    return hashlib.blake2b(np.asarray(ids, dtype=np.int64).tobytes(), digest_size=16).digest()
 
 
 def _why(msgs: list[dict[str, Any]], new_msgs: list[dict[str, Any]], base_sampled: bool

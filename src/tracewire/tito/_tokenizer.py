@@ -26,6 +26,9 @@ from ._gguf import is_gguf, load_gguf
 __all__ = ["ChatTokenizer", "IncrementalDecoder", "chat_messages", "check_tokenizer",
            "decoded_arguments"]
 
+#: Beyond these sizes encode/decode go through the GIL-releasing batch calls.
+_NOGIL_CHARS = 8192
+_NOGIL_IDS = 2048
 _EXTRA_HINT = "token-in/token-out needs the optional extra: pip install 'tracewire[tito]'"
 
 
@@ -190,17 +193,26 @@ class ChatTokenizer:
             raise TemplateError("chat template did not render text")
         return text
 
+    def _encode(self, text: str) -> Any:
+        if len(text) > _NOGIL_CHARS:
+            # The batch call releases the GIL while Rust encodes (the single one holds it):
+            # a long render in a worker thread then never stalls the event loop's thread.
+            return self._fast.encode_batch([text], add_special_tokens=False)[0]
+        return self._fast.encode(text, add_special_tokens=False)
+
     def encode(self, text: str) -> list[int]:
         """Ids of ``text`` with special-token text parsed as special tokens, none added."""
-        return list(self._fast.encode(text, add_special_tokens=False).ids)
+        return list(self._encode(text).ids)
 
     def encode_offsets(self, text: str) -> tuple[list[int], list[tuple[int, int]]]:
         """Ids of ``text`` and each token's (start, end) character offsets."""
-        enc = self._fast.encode(text, add_special_tokens=False)
+        enc = self._encode(text)
         return list(enc.ids), [tuple(o) for o in enc.offsets]
 
     def decode(self, ids: Sequence[int]) -> str:
         """Text of ``ids`` with special tokens kept (what the model actually emitted)."""
+        if len(ids) > _NOGIL_IDS:
+            return str(self._fast.decode_batch([list(ids)], skip_special_tokens=False)[0])
         return str(self._fast.decode(list(ids), skip_special_tokens=False))
 
     def id_text(self, tid: int) -> str:

@@ -22,7 +22,8 @@ runs in a worker thread, one at a time.
 from __future__ import annotations
 
 import asyncio
-import time
+import contextlib
+import dataclasses
 import uuid
 from collections import OrderedDict
 from collections.abc import AsyncIterator
@@ -35,42 +36,46 @@ import orjson
 
 from ..proxy import StreamChunk, TurnContext, Upstream, UpstreamReply, UpstreamRequest
 from ..trace import Trace
+from ._answer import chat_reply, delta_of, finish_of, stream_chunk
 from ._codecs import (
+    LENGTH_SLACK,
     Generation,
+    GenerationDelta,
     SamplingParams,
     StreamDecoder,
     UpstreamApi,
+    check_ids,
     decode_response,
     encode_request,
-    error_message,
+    refusal,
     request_path,
+    sampling_keys,
 )
 from ._errors import TemplateError, TruncatedTurnError, UpstreamShapeError
 from ._family import LengthRule
 from ._history import ConversationIndex
+from ._llamacpp import WithheldIdsError
 from ._parse import ParsedCompletion
 from ._render import PromptBuilder
 from ._report import session_report
 from ._session import BranchTip, Plan, TokenSession
+from ._sse import reply_json, sse_objects
 from ._stream import StreamParser, parse_completion
 from ._tokenizer import ChatTokenizer, IncrementalDecoder
 
 __all__ = ["TokenUpstream"]
 
-_SAMPLING = ("temperature", "top_p", "top_k", "min_p", "presence_penalty",
-             "frequency_penalty", "repetition_penalty", "seed")
+#: Bytes a reply may take per requested token (ids, logprobs, top-20 alternatives with
+#: their text) before it is refused unread, plus a fixed allowance.
+REPLY_BYTES_PER_TOKEN = 8192
+REPLY_BYTES_FIXED = 1 << 20
 
 
-def _finish(gen: Generation, parsed: ParsedCompletion) -> str:
-    if gen.finish_reason == "stop" and parsed.tool_calls:
-        return "tool_calls"
-    return gen.finish_reason or "stop"
-
-
-def _logprobs(gen: Generation) -> dict[str, Any]:
-    return {"content": [{"token": f"token_id:{i}", "logprob": lp, "bytes": None,
-                         "top_logprobs": []} for i, lp in zip(gen.ids, gen.logprobs,
-                                                             strict=True)]}
+def _too_long(n: int, params: SamplingParams) -> UpstreamShapeError | None:
+    if n > params.max_tokens + LENGTH_SLACK:
+        return UpstreamShapeError(f"upstream streamed {n} completion ids for max_tokens "
+                                  f"{params.max_tokens}; not recorded")
+    return None
 
 
 @dataclass(slots=True)
@@ -125,15 +130,20 @@ class TokenUpstream(Upstream):
     def _sampling(self, body: dict[str, Any]) -> SamplingParams:
         if int(body.get("n") or 1) != 1:
             raise UpstreamShapeError("token-in/token-out serves n=1 only", 400)
+        why = refusal(self.api, body)
+        if why is not None:
+            raise UpstreamShapeError(why, 400)
         mt = body.get("max_completion_tokens", body.get("max_tokens"))
         top = body.get("top_logprobs")
+        temp, top_p = body.get("temperature"), body.get("top_p")
         return SamplingParams(
             max_tokens=int(mt) if isinstance(mt, int) and mt > 0 else self.default_max_tokens,
-            temperature=float(body.get("temperature", 1.0)),
-            top_p=float(body.get("top_p", 1.0)),
+            temperature=1.0 if temp is None else float(temp),
+            top_p=1.0 if top_p is None else float(top_p),
             stop_ids=self.builder.family.stop_ids,
             top_logprobs=int(top) if isinstance(top, int) else 0,
-            extra={k: body[k] for k in _SAMPLING if k in body})
+            extra={k: body[k] for k in ("temperature", "top_p", *sampling_keys(self.api))
+                   if k in body})
 
     wants_context = True
 
@@ -195,6 +205,10 @@ class TokenUpstream(Upstream):
         if parsed.malformed:
             # The call is returned as the text the model wrote; the trace says so.
             request.flags.append("malformed_tool_call")
+        if any(lp != lp for lp in gen.logprobs):
+            # NaN: a token the server sampled without reporting its probability (llama-server
+            # withholds tokens that end mid-character); the trace says which call.
+            request.flags.append("logprob_unknown")
         ctx = request.context
         if ctx is not None:
             st = self.state(ctx.session_id)
@@ -204,144 +218,155 @@ class TokenUpstream(Upstream):
         async with self._lock:
             self.session.commit(plan, parsed.as_message(), gen.ids, gen.ended_by_stop)
 
-    def _reply(self, plan: Plan, parsed: ParsedCompletion, gen: Generation) -> dict[str, Any]:
-        prompt = plan.prompt_ids
-        return {
-            "id": "chatcmpl-" + uuid.uuid4().hex, "object": "chat.completion",
-            "created": int(time.time()), "model": self.model,
-            "prompt_token_ids": prompt,
-            "choices": [{"index": 0, "message": parsed.as_message(),
-                         "finish_reason": _finish(gen, parsed), "token_ids": gen.ids,
-                         "logprobs": _logprobs(gen)}],
-            "usage": {"prompt_tokens": len(prompt), "completion_tokens": len(gen.ids),
-                      "total_tokens": len(prompt) + len(gen.ids)},
-        }
+    def _decode(self, status: int, raw: bytes, params: SamplingParams, plan: Plan
+                ) -> tuple[Generation, ParsedCompletion, dict[str, Any]]:
+        # Parse, validate (ids within the vocabulary, no more than asked for), detokenize
+        # and build the answer: in a worker thread when the reply is big.
+        gen = decode_response(self.api, reply_json(status, raw), stop_ids=params.stop_ids)
+        check_ids(gen.ids, vocab_size=self.builder.tok.vocab_size,
+                  max_tokens=params.max_tokens)
+        parsed = parse_completion(self.builder.tok.decode(gen.ids), self.builder.family,
+                                  think_opened=self._think_opened(plan))
+        return gen, parsed, chat_reply(self.model, plan.prompt_ids, parsed, gen)
+
+    async def _ask_whole(self, body: dict[str, Any], request: UpstreamRequest
+                         ) -> tuple[Plan, Generation, ParsedCompletion, dict[str, Any]]:
+        params = self._sampling(body)
+        plan = await self._plan(body, request)
+        payload = encode_request(self.api, plan.prompt_ids, params, model=self.model,
+                                 stream=False)
+        status, raw = await self._post(payload, params)
+        gen, parsed, reply = await self.offload(len(raw), self._decode, status, raw, params,
+                                                plan)
+        await self._commit(plan, parsed, gen, request)
+        return plan, gen, parsed, reply
 
     # -- Upstream -------------------------------------------------------------------
 
     async def chat(self, request: UpstreamRequest) -> UpstreamReply:
         """One non-streamed turn (see module docstring)."""
-        body = request.body()
-        plan = await self._plan(body, request)
-        payload = encode_request(self.api, plan.prompt_ids, self._sampling(body),
-                                 model=self.model, stream=False)
-        data = await self._post(payload)
-        gen = decode_response(self.api, data)
-        text = self.builder.tok.decode(gen.ids)
-        parsed = parse_completion(text, self.builder.family,
-                                  think_opened=self._think_opened(plan))
-        await self._commit(plan, parsed, gen, request)
-        return UpstreamReply(self._reply(plan, parsed, gen), None, None)
+        _, gen, _, reply = await self._ask_whole(request.body(), request)
+        raw = None
+        if len(gen.ids) * 64 > self.thread_threshold_bytes:
+            # A big answer goes with its bytes (they equal ``reply``): the proxy sizes its
+            # work by them and reads the answer in a worker thread, off the event loop.
+            raw = await asyncio.to_thread(orjson.dumps, reply)
+        return UpstreamReply(reply, raw, None)
 
-    async def _post(self, payload: dict[str, Any]) -> Any:
+    async def _post(self, payload: dict[str, Any], params: SamplingParams
+                    ) -> tuple[int, bytes]:
+        # A reply is bounded by what was asked for: a runaway body is refused unread.
+        cap = REPLY_BYTES_FIXED + REPLY_BYTES_PER_TOKEN * params.max_tokens
+        raw = bytearray()
         try:
             async with self._http_client().post(self._url(), data=orjson.dumps(payload),
                                                 headers={"Content-Type": "application/json"}
                                                 ) as resp:
-                raw = await resp.read()
+                if (resp.content_length or 0) > cap:
+                    raise UpstreamShapeError(f"model server answered {resp.content_length} "
+                                             f"bytes for max_tokens {params.max_tokens}; "
+                                             "not recorded")
+                async for part in resp.content.iter_chunked(1 << 16):
+                    raw += part
+                    if len(raw) > cap:
+                        raise UpstreamShapeError(f"model server answered over {cap} bytes "
+                                                 f"for max_tokens {params.max_tokens}; "
+                                                 "not recorded")
                 status = resp.status
         except (aiohttp.ClientError, TimeoutError) as exc:
             raise UpstreamShapeError(f"model server unreachable: {exc}") from exc
-        try:
-            data = orjson.loads(raw)
-        except orjson.JSONDecodeError as exc:
-            raise UpstreamShapeError(f"model server answered non-JSON ({status})") from exc
-        if status >= 400:
-            raise UpstreamShapeError(error_message(data) or f"model server error {status}",
-                                     status if status < 500 else 502)
-        return data
+        return status, bytes(raw)
 
     async def stream_chat(self, request: UpstreamRequest) -> AsyncIterator[StreamChunk]:
         """One streamed turn: text relayed as the server streams, tool calls once parsed,
         each chunk carrying its ``token_ids`` and logprobs; prompt ids on the first."""
         body = request.body()
-        plan = await self._plan(body, request)
         cid = "chatcmpl-" + uuid.uuid4().hex
         if self.api is UpstreamApi.GENERATE:
             # Asked whole (its streamed shape is not documented), relayed as one chunk.
-            gen = decode_response(self.api, await self._post(encode_request(
-                self.api, plan.prompt_ids, self._sampling(body), model=self.model)))
-            parsed = parse_completion(self.builder.tok.decode(gen.ids), self.builder.family,
-                                      think_opened=self._think_opened(plan))
-            await self._commit(plan, parsed, gen, request)
+            plan, gen, parsed, reply = await self._ask_whole(body, request)
             msg = parsed.as_message()
             delta = {k: v for k, v in msg.items() if v is not None}
             if "tool_calls" in delta:
                 delta["tool_calls"] = [{"index": i, **tc}
                                        for i, tc in enumerate(delta["tool_calls"])]
-            yield self._chunk(cid, delta, gen.ids, gen.logprobs, _finish(gen, parsed),
-                              plan.prompt_ids, usage=self._reply(plan, parsed, gen)["usage"])
+            yield self._chunk(stream_chunk(self.model, cid, delta, gen.ids, gen.logprobs,
+                                           finish_of(gen, parsed), plan.prompt_ids,
+                                           usage=reply["usage"]))
             return
-        payload = encode_request(self.api, plan.prompt_ids, self._sampling(body),
-                                 model=self.model, stream=True)
-        dec = StreamDecoder(self.api)
+        params = self._sampling(body)
+        plan = await self._plan(body, request)
+        payload = encode_request(self.api, plan.prompt_ids, params, model=self.model,
+                                 stream=True)
+        dec = StreamDecoder(self.api, stop_ids=params.stop_ids)
         detok = IncrementalDecoder(self.builder.tok)
         parser = StreamParser(self.builder.family, think_opened=self._think_opened(plan))
+        vocab = self.builder.tok.vocab_size
         first = True
         n_calls = 0
-        try:
-            async with self._http_client().post(self._url(), data=orjson.dumps(payload),
-                                                headers={"Content-Type": "application/json"}
-                                                ) as resp:
-                if resp.status >= 400:
-                    raw = await resp.read()
-                    try:
-                        why = error_message(orjson.loads(raw))
-                    except orjson.JSONDecodeError:
-                        why = None
-                    raise UpstreamShapeError(why or f"model server error {resp.status}",
-                                             resp.status if resp.status < 500 else 502)
-                async for line in resp.content:
-                    line = line.strip()
-                    if not line.startswith(b"data:"):
-                        continue
-                    data = line[5:].strip()
-                    if data == b"[DONE]":
-                        break
-                    try:
-                        obj = orjson.loads(data)
-                    except orjson.JSONDecodeError as exc:
-                        raise UpstreamShapeError("model server streamed malformed JSON") \
-                            from exc
+        rest: Generation | None = None
+        async with contextlib.aclosing(sse_objects(self._http_client(), self._url(),
+                                                   payload)) as objs:
+            async for obj in objs:
+                try:
                     piece = dec.feed(obj)
-                    if len(piece.logprobs) != len(piece.ids):
-                        raise UpstreamShapeError("streamed chunk: logprob count differs "
-                                                 "from its token count; not recorded")
+                except WithheldIdsError:
+                    # Closing the stream stops the server; the rest is asked unstreamed.
+                    rest = await self._rest_unstreamed(plan, params, dec.gen.ids)
+                    request.flags.append("stream_resumed_unstreamed")
+                    piece = GenerationDelta(rest.ids, rest.logprobs, "", rest.finish_reason)
+                    dec.gen.ids.extend(rest.ids)
+                    dec.gen.logprobs.extend(rest.logprobs)
+                    dec.gen.finish_reason = rest.finish_reason
+                if len(piece.logprobs) != len(piece.ids):
+                    raise UpstreamShapeError("streamed chunk: logprob count differs "
+                                             "from its token count; not recorded")
+                too_long = _too_long(len(dec.gen.ids), params)
+                if too_long is not None:
+                    raise too_long
+                check_ids(piece.ids, vocab_size=vocab)
+                if piece.ids or first:
                     events = parser.feed(detok.add(piece.ids))
-                    delta, n_calls = _delta(events, n_calls)
+                    delta, n_calls = delta_of(events, n_calls)
                     if first:
                         delta.setdefault("role", "assistant")
-                    yield self._chunk(cid, delta, piece.ids, piece.logprobs, None,
-                                      plan.prompt_ids if first else None)
+                    yield self._chunk(stream_chunk(
+                        self.model, cid, delta, piece.ids, piece.logprobs, None,
+                        plan.prompt_ids if first else None))
                     first = False
-        except (aiohttp.ClientError, TimeoutError) as exc:
-            raise UpstreamShapeError(f"model server stream broke: {exc}") from exc
+                if dec.done or rest is not None:
+                    break  # llama-server's last chunk, or a stop id it does not know
         gen = dec.finish()
         events = parser.close()
-        delta, n_calls = _delta(events, n_calls)
+        delta, n_calls = delta_of(events, n_calls)
         await self._commit(plan, parser.result, gen, request)
-        yield self._chunk(cid, delta, [], [], _finish(gen, parser.result),
-                          plan.prompt_ids if first else None,
-                          usage={"prompt_tokens": plan.point.length,
-                                 "completion_tokens": len(gen.ids),
-                                 "total_tokens": plan.point.length + len(gen.ids)})
+        yield self._chunk(stream_chunk(
+            self.model, cid, delta, [], [], finish_of(gen, parser.result),
+            plan.prompt_ids if first else None,
+            usage={"prompt_tokens": plan.point.length, "completion_tokens": len(gen.ids),
+                   "total_tokens": plan.point.length + len(gen.ids)}))
 
-    def _chunk(self, cid: str, delta: dict[str, Any], ids: list[int], lps: list[float],
-               finish: str | None, prompt: list[int] | None,
-               usage: dict[str, int] | None = None) -> StreamChunk:
-        ch: dict[str, Any] = {"index": 0, "delta": delta, "finish_reason": finish,
-                              "token_ids": ids,
-                              "logprobs": {"content": [
-                                  {"token": f"token_id:{i}", "logprob": lp, "bytes": None,
-                                   "top_logprobs": []}
-                                  for i, lp in zip(ids, lps, strict=True)]}}
-        d: dict[str, Any] = {"id": cid, "object": "chat.completion.chunk",
-                             "created": int(time.time()), "model": self.model,
-                             "choices": [ch]}
-        if prompt is not None:
-            d["prompt_token_ids"] = prompt
-        if usage is not None:
-            d["usage"] = usage
+    async def _rest_unstreamed(self, plan: Plan, params: SamplingParams, got: list[int]
+                               ) -> Generation:
+        # After ``got`` streamed ids llama-server withheld some: ask for the rest from
+        # there, unstreamed (every id comes back). The withheld draw is discarded unseen,
+        # so the redraw is unbiased; a harness seed is moved on, since reusing it would
+        # replay random numbers the earlier draws already used.
+        left = params.max_tokens - len(got)
+        if left <= 0:
+            return Generation([], [], "length")
+        extra = dict(params.extra)
+        if isinstance(extra.get("seed"), int):
+            extra["seed"] = (extra["seed"] + len(got) + 1) % 2**32
+        p = dataclasses.replace(params, max_tokens=left, extra=extra)
+        status, raw = await self._post(encode_request(self.api, [*plan.prompt_ids, *got], p,
+                                                      model=self.model), p)
+        gen = decode_response(self.api, reply_json(status, raw), stop_ids=params.stop_ids)
+        check_ids(gen.ids, vocab_size=self.builder.tok.vocab_size, max_tokens=left)
+        return gen
+
+    @staticmethod
+    def _chunk(d: dict[str, Any]) -> StreamChunk:
         return StreamChunk(b"data: " + orjson.dumps(d), d, None)
 
     async def models(self) -> bytes:
@@ -357,8 +382,10 @@ class TokenUpstream(Upstream):
         if st is None:
             return None
         st.tip = BranchTip()  # a finished session's ids need not stay in memory
-        async with self._lock:
-            rep = await asyncio.to_thread(session_report, self.builder, trace, st.tools)
+        # Not under the planner's lock: a long branch's report must not hold up the turns
+        # of every other session (reports serialize among themselves in session_report).
+        rep = await asyncio.to_thread(session_report, self.builder, trace, st.tools,
+                                      tools_of=st.session.tools_of)
         tito = {**rep, "bridges": st.session.bridges,
                 "rerenders": dict(st.session.rerenders),
                 "rerender_turns": list(st.rerender_turns),
@@ -370,19 +397,6 @@ class TokenUpstream(Upstream):
         r = await asyncio.to_thread(self.builder.render_full, body.get("messages") or [],
                                     body.get("tools"))
         return len(r.ids)
-
-
-def _delta(events: list[Any], n_calls: int) -> tuple[dict[str, Any], int]:
-    delta: dict[str, Any] = {}
-    for e in events:
-        if e.kind == "content":
-            delta["content"] = delta.get("content", "") + e.text
-        elif e.kind == "reasoning":
-            delta["reasoning_content"] = delta.get("reasoning_content", "") + e.text
-        elif e.call is not None:
-            delta.setdefault("tool_calls", []).append({"index": n_calls, **e.call.as_openai()})
-            n_calls += 1
-    return delta, n_calls
 
 
 def _as_upstream_error(exc: Exception) -> UpstreamShapeError:
