@@ -24,7 +24,9 @@ from tracewire.tito.codecs import (
     request_path,
 )
 
-APIS = list(UpstreamApi)
+from .apis import SERVED_APIS
+
+APIS = SERVED_APIS
 EOT = builtin_tokenizer().eot_id
 
 

@@ -26,9 +26,10 @@ from tracewire.tito import ChatTokenizer
 from tracewire.tito.codecs import SamplingParams, UpstreamApi, encode_request, error_message
 from tracewire.tito.fixtures import FAMILIES, build_tokenizer_dir
 
+from .apis import SERVED_APIS
 from .test_token_in import ask
 
-APIS = list(UpstreamApi)
+APIS = SERVED_APIS
 MSGS = [{"role": "system", "content": "Answer briefly."},
         {"role": "user", "content": "What is the capital of Sweden?"}]
 

@@ -20,6 +20,8 @@ from tracewire.tito import TokenUpstream
 from tracewire.tito.codecs import UpstreamApi
 from tracewire.tito.fixtures import FAMILIES, build_tokenizer_dir
 
+from .apis import SERVED_APIS
+
 TURNS = 4
 CITIES = ["Norway", "France", "Japan", "Kenya"]
 
@@ -55,7 +57,7 @@ async def _turn(up: Any, msgs: list[dict[str, Any]], stream: bool, seed: int
 
 
 @pytest.mark.parametrize("family", sorted(FAMILIES))
-@pytest.mark.parametrize("api", list(UpstreamApi))
+@pytest.mark.parametrize("api", SERVED_APIS)
 @pytest.mark.parametrize("stream", [False, True])
 async def test_multi_turn_bridges_on_sampled_ids(tok_dirs: dict[str, Path], family: str,
                                                  api: UpstreamApi, stream: bool) -> None:
