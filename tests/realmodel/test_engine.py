@@ -13,7 +13,13 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from tracewire.engine import EngineError, LlamaServer, bundled_model, find_llama_server
+from tracewire.engine import (
+    EngineError,
+    LlamaServer,
+    bundled_model,
+    default_threads,
+    find_llama_server,
+)
 
 from .relay import gone
 
@@ -43,6 +49,13 @@ def test_sync_server_slots_and_stop(llama_server_bin: Path, smollm_gguf: Path) -
         assert isinstance(settings, dict) and settings["n_ctx"] == 2048  # 4096 over 2 slots
         assert server.process is not None
         pid, url = server.process.pid, server.url
+        # One thread per slot on a small machine, llama.cpp's choice on a big one.
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        threads = default_threads(2)
+        if threads is None:
+            assert b"--threads" not in argv
+        else:
+            assert argv[argv.index(b"--threads") + 1] == str(threads).encode()
     assert server.process is None
     assert gone(pid) and _refused(url)
 
