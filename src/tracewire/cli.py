@@ -1,4 +1,5 @@
-"""Command line: ``tracewire eval | demo | serve | proxy | model | view | export | import``.
+"""Command line: ``tracewire eval | demo | serve | proxy | engine | model | view | export |
+import``.
 
 Each sub-command lives in the part that owns it, as a module with ``HELP`` (one line),
 ``configure(parser)`` and ``run(args) -> int``; this file only wires them. A command's
@@ -57,6 +58,12 @@ def _train() -> Command:
     return _cli
 
 
+def _engine() -> Command:
+    from .engine import _cli
+
+    return _cli
+
+
 def _proxy() -> Command:
     from .compose import make_upstream
     from .proxy import _cli
@@ -105,6 +112,7 @@ COMMANDS: dict[str, Callable[[], Command]] = {
     "model": _model,
     "train": _train,
     "proxy": _proxy,
+    "engine": _engine,
     "serve": _serve,
     "view": _view,
     "export": _export,
