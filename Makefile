@@ -20,6 +20,9 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(PY) -m ruff check src tests bench
 	$(PY) -m mypy
+	# The real-engine lane's llama-server and model: built/fetched once per machine, here
+	# (visibly, a few minutes the first time) rather than inside a test.
+	$(PY) -m tracewire engine llamacpp --prepare
 	$(PY) -m pytest
 
 # The quick lane (see CONTRIBUTING.md): no browser, Ray, real model, sandbox or agent CLI,

@@ -17,6 +17,12 @@ or of the worker process) to the client's ``WorkerDiedError``. Ray listens on ev
 interface it sees, so this mode runs only inside a network namespace holding just ``lo``:
 
     unshare --net -- sh -c 'ip link set lo up && exec python bench/serve.py --backend ray'
+
+With ``--curve`` it measures what ZMQ CURVE (encryption and per-peer authentication on TCP
+sockets, docs/CLUSTER.md) costs: two `tracewire serve standin` with a TCP worker endpoint,
+one with CURVE (the default) and one with ``--no-curve``, the same client, runs interleaved;
+both on the direct data path (the default on one host) and on the broker path (every token
+byte crosses two CURVE sockets, as with remote workers).
 """
 
 from __future__ import annotations
@@ -172,7 +178,20 @@ def _start(cmd: list[str], env: dict[str, str] | None = None
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env=env)
     assert proc.stdout is not None
     line = proc.stdout.readline().strip()
-    return proc, line.split()[-1]
+    address = line.split()[-1]
+    if "tracewire" in cmd and "--no-curve" not in cmd:
+        # A TCP server is CURVE: its second line names the client key file.
+        key_line = proc.stdout.readline().split()
+        assert key_line[:3] == ["client", "key", "file:"], key_line
+        _KEYS[address] = key_line[3]
+    return proc, address
+
+
+_KEYS: dict[str, str] = {}
+
+
+def _client(address: str, **kw: Any) -> EnvClient:
+    return EnvClient(address, key_file=_KEYS.get(address), **kw)
 
 
 async def _timed(fn: Any, runs: int) -> tuple[float, Any]:
@@ -205,7 +224,7 @@ async def main(runs: int, episodes: int, inline: bool, tune: bool) -> None:
     base_proc, base_addr = _start([sys.executable, __file__, "--baseline-server",
                                    "tcp://127.0.0.1:0"])
     try:
-        client = EnvClient(ours_addr, tune_memory=tune)
+        client = _client(ours_addr, tune_memory=tune)
         await client.connect(timeout=60)
         while not (await client.health())["healthy"]:
             await asyncio.sleep(0.05)
@@ -288,8 +307,8 @@ async def main_backends(runs: int, episodes: int) -> None:
     proc_proc, proc_addr = _start([sys.executable, "-m", "tracewire", "serve", "standin",
                                    "--address", "tcp://127.0.0.1:0"])
     try:
-        ray_c, proc_c = EnvClient(ray_addr), EnvClient(proc_addr)
-        broker_c = EnvClient(proc_addr, direct=False)
+        ray_c, proc_c = _client(ray_addr), _client(proc_addr)
+        broker_c = _client(proc_addr, direct=False)
         for c in (ray_c, proc_c, broker_c):
             await _wait_healthy(c)
 
@@ -338,6 +357,82 @@ async def main_backends(runs: int, episodes: int) -> None:
             p.wait(timeout=60)
 
 
+def _cpu_s(pids: list[int]) -> float:
+    """CPU seconds (user + system) the processes ``pids`` have used so far."""
+    total = 0
+    for pid in pids:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        total += int(fields[11]) + int(fields[12])
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+async def main_curve(runs: int, episodes: int) -> None:
+    serve = [sys.executable, "-m", "tracewire", "serve", "standin", "--address",
+             "tcp://127.0.0.1:0", "--worker-address", "tcp://127.0.0.1:0"]
+    curve_proc, curve_addr = _start(serve)
+    plain_proc, plain_addr = _start([*serve, "--no-curve"])
+    try:
+        clients = {"curve": _client(curve_addr), "plain": _client(plain_addr),
+                   "curve_broker": _client(curve_addr, direct=False),
+                   "plain_broker": _client(plain_addr, direct=False)}
+        for c in clients.values():
+            await _wait_healthy(c)
+        assert (await clients["curve"].health())["curve"] == {"clients": True, "workers": True}
+        assert (await clients["plain"].health())["curve"] == {"clients": False,
+                                                              "workers": False}
+
+        async def one(client: EnvClient, task: dict[str, int]) -> Any:
+            res = await client.run(task)
+            for t in res.episode.traces:
+                t.tokens.arrays()
+            return res
+
+        big, small = {"turns": 1000, "tokens": TOKENS}, {"turns": 10, "tokens": TOKENS}
+        for c in clients.values():
+            for _ in range(3):
+                await one(c, small)
+        # Server side: the broker process and its worker processes.
+        procs = {"curve": curve_proc.pid, "plain": plain_proc.pid}
+        pids: dict[str, list[int]] = {}
+        for name, c in clients.items():
+            workers = [w["pid"] for w in (await c.stats())["workers"]]
+            pids[name] = [procs[name.split("_")[0]], *workers]
+        rt: dict[str, list[float]] = {k: [] for k in clients}
+        cpu: dict[str, float] = dict.fromkeys(clients, 0.0)
+        for _ in range(runs):  # interleaved, so other load falls on all alike
+            for name, c in clients.items():
+                before = _cpu_s(pids[name]) + time.process_time()
+                ms, res = await _timed(lambda c=c: one(c, big), 1)
+                cpu[name] += _cpu_s(pids[name]) + time.process_time() - before
+                assert len(res.episode.traces[0].nodes) == 2000
+                rt[name].append(ms)
+        med = {k: statistics.median(v) for k, v in rt.items()}
+        for path, sfx in (("", "direct"), ("_broker", "broker_path")):
+            emit("serve_curve", f"turns_1000_{sfx}", "cpu_ms_per_episode", "ms",
+                 cpu[f"curve{path}"] / runs * 1e3, cpu[f"plain{path}"] / runs * 1e3, "lower",
+                 runs)
+        emit("serve_curve", "turns_1000_direct", "round_trip_ms", "ms", med["curve"],
+             med["plain"], "lower", runs)
+        emit("serve_curve", "turns_1000_broker_path", "round_trip_ms", "ms",
+             med["curve_broker"], med["plain_broker"], "lower", runs)
+        tp: dict[str, list[float]] = {k: [] for k in clients}
+        for _ in range(runs):
+            for name, c in clients.items():
+                tp[name].append(await _throughput(lambda c=c: one(c, small), episodes, 4))
+        eps = {k: statistics.median(v) for k, v in tp.items()}
+        emit("serve_curve", "ten_turn_episodes_4_inflight_direct", "episodes_per_s", "1/s",
+             eps["curve"], eps["plain"], "higher", runs)
+        emit("serve_curve", "ten_turn_episodes_4_inflight_broker_path", "episodes_per_s",
+             "1/s", eps["curve_broker"], eps["plain_broker"], "higher", runs)
+        for c in clients.values():
+            await c.close()
+    finally:
+        for p in (curve_proc, plain_proc):
+            p.terminate()
+            p.wait(timeout=30)
+
+
 if __name__ == "__main__":
     # The client process freezes its start-up objects, as recommended for long-running
     # processes (docs/ARCHITECTURE.md) and done by tracewire's own (cli.main).
@@ -351,10 +446,14 @@ if __name__ == "__main__":
                     help="EnvClient(tune_memory=False): leave this process's allocator alone")
     ap.add_argument("--backend", choices=["process", "ray"], default="process",
                     help="ray: Ray backend vs process backend (inside a netns, see above)")
+    ap.add_argument("--curve", action="store_true",
+                    help="CURVE on vs off (TCP worker endpoint), direct and broker paths")
     ap.add_argument("--baseline-server", metavar="ADDRESS", default=None)
     a = ap.parse_args()
     if a.baseline_server:
         asyncio.run(baseline_server(a.baseline_server))
+    elif a.curve:
+        asyncio.run(main_curve(a.runs, a.episodes))
     elif a.backend == "ray":
         asyncio.run(main_backends(a.runs, a.episodes))
     else:

@@ -149,7 +149,7 @@ def bench_report(runs: int) -> None:
 
 
 def bench_gguf(path: str, runs: int) -> None:
-    from tracewire.tito import _gguf, load_gguf
+    from tracewire.tokens import _gguf, load_gguf
 
     build = median_ms(lambda: load_gguf(path, use_cache=False), runs,
                       setup=_gguf._memo.clear)

@@ -28,11 +28,12 @@ the built-in exception it stands in for, so ``except ValueError`` keeps working:
     │   └── SandboxError **                 a runtime failed to boot, run, move files, clean up
     │       ├── RuntimeUnavailable **       the runtime cannot run here (tool, permission)
     │       └── ResourceLimitExceeded **    a command hit a cpu/memory/process/file limit
-    └── ServeError (RuntimeError)           env server / client failure
-        ├── BusyError                       server queue full
-        ├── WorkerDiedError                 the worker running a request died
-        ├── RunTimeout (TimeoutError)       a run exceeded its deadline
-        └── ProtocolError (ValueError)      malformed frame or version mismatch
+    ├── ServeError (RuntimeError)           env server / client failure
+    │   ├── BusyError                       server queue full
+    │   ├── WorkerDiedError                 the worker running a request died
+    │   ├── RunTimeout (TimeoutError)       a run exceeded its deadline
+    │   └── ProtocolError (ValueError)      malformed frame or version mismatch
+    └── EngineError (RuntimeError)          a local inference engine cannot be built, fetched or run
 
 ``*`` are defined in ``tracewire.tito``, ``**`` in ``tracewire.runtime``, ``***`` in
 ``tracewire.tokens`` (they carry that part's data: an exec result, an HTTP status); the
@@ -49,6 +50,7 @@ __all__ = [
     "CorruptRecordError",
     "DecodeError",
     "DeltaError",
+    "EngineError",
     "EnvError",
     "HookError",
     "LimitError",
@@ -137,6 +139,11 @@ class EnvError(TracewireError, RuntimeError):
 
 class PhaseTimeout(EnvError, TimeoutError):
     """A rollout phase (boot, setup, agent, finalize, scoring) ran past its deadline."""
+
+
+class EngineError(TracewireError, RuntimeError):
+    """A local inference engine (llama.cpp's server) cannot be built, fetched or started;
+    the message is one line naming what is missing."""
 
 
 class ServeError(TracewireError, RuntimeError):

@@ -1,4 +1,5 @@
-"""Command line: ``tracewire eval | demo | serve | proxy | model | view | export | import``.
+"""Command line: ``tracewire eval | demo | serve | proxy | engine | model | view | export |
+import``.
 
 Each sub-command is a public :class:`Command` of the part that owns it (``proxy`` and
 ``serve`` as the composition root wires them); this file only lists them. A command's part
@@ -37,6 +38,12 @@ def _model() -> Command:
 
 def _train() -> Command:
     from .train import COMMAND
+
+    return COMMAND
+
+
+def _engine() -> Command:
+    from .engine import COMMAND
 
     return COMMAND
 
@@ -84,6 +91,7 @@ COMMANDS: dict[str, Callable[[], Command]] = {
     "model": _model,
     "train": _train,
     "proxy": _proxy,
+    "engine": _engine,
     "serve": _serve,
     "view": _view,
     "export": _export,

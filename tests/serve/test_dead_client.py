@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 
 import pytest
@@ -31,7 +32,9 @@ async def test_killed_client_frees_its_runs_and_the_worker(direct: bool) -> None
     async with serving() as srv:
         proc = await asyncio.create_subprocess_exec(
             sys.executable, "-c", CLIENT.format(direct=direct, task=LONG), srv.address,
-            stdout=asyncio.subprocess.PIPE)
+            stdout=asyncio.subprocess.PIPE,
+            # The server's socket is CURVE: the client finds its key where the docs say.
+            env={**os.environ, "TRACEWIRE_CLIENT_KEY_FILE": str(srv.client_key_file)})
         try:
             assert proc.stdout is not None
             line = await asyncio.wait_for(proc.stdout.readline(), 60)

@@ -13,6 +13,8 @@ async def test_serve_env_yields_a_client_of_ready_workers(backend: str) -> None:
     async with serve_env("standin", backend=backend, workers=2) as client:
         health = await client.health()
         assert health["workers_live"] == 2 and health["backend"] == backend
+        # A private ipc socket: only this user reaches it, so no CURVE is needed there.
+        assert client.addresses[0].startswith("ipc://") and health["curve"]["clients"] is False
         res = await client.run({"turns": 3, "tokens": 10}, keep_frames=True)
         assert len(res.episode.traces[0].nodes) == 6 and res.frames
 

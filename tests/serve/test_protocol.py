@@ -13,6 +13,7 @@ import zmq.asyncio
 from tracewire import ProtocolError
 from tracewire.codec import EpisodeSender, encode_frames
 from tracewire.serve import PROTOCOL_VERSION, EnvClient
+from tracewire.serve._auth import local_key
 from tracewire.serve._protocol import decode_envelope, encode_envelope
 from tracewire.trace import Episode
 
@@ -23,6 +24,9 @@ async def _raw(address: str, frames: list[bytes]) -> Any:
     ctx = zmq.asyncio.Context()
     sock = ctx.socket(zmq.DEALER)
     sock.setsockopt(zmq.LINGER, 0)
+    key = local_key(address)  # the server's socket is CURVE: use its client key
+    if key is not None:
+        key.apply(sock)
     sock.connect(address)
     try:
         await sock.send_multipart(frames)

@@ -67,8 +67,9 @@ def _run(report: Path, short: Path, targets: tuple[str, ...], limit: float) -> N
 
 
 @pytest.mark.slow
-def test_backend_contract_and_actor_faults_in_a_private_namespace(tmp_path: Path) -> None:
-    run_in_netns(tmp_path, "tests/serve/ray/test_contract.py", "tests/serve/ray/test_faults.py")
+def test_backend_contract_actor_faults_and_impostor_in_a_private_namespace(tmp_path: Path) -> None:
+    run_in_netns(tmp_path, "tests/serve/ray/test_contract.py", "tests/serve/ray/test_faults.py",
+                 "tests/serve/ray/test_trust.py", limit=300)
 
 
 @pytest.mark.slow

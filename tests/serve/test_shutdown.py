@@ -51,7 +51,9 @@ async def test_cli_sigterm_fails_in_flight_runs_after_the_drain_timeout() -> Non
         line = (await asyncio.wait_for(proc.stdout.readline(), 30)).decode()
         assert line.startswith("serving standin on tcp://127.0.0.1:")
         address = line.split()[-1]
-        async with EnvClient(address) as client:
+        key_line = (await asyncio.wait_for(proc.stdout.readline(), 30)).decode()
+        assert key_line.startswith("client key file: ")
+        async with EnvClient(address, key_file=key_line.split()[3]) as client:
             await asyncio.wait_for(_until_healthy(client), 30)
             first = asyncio.Event()
             run = asyncio.create_task(client.run({"turns": 5000, "delay": 0.01},

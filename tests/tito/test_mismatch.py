@@ -78,6 +78,26 @@ def test_broken_bridge_is_flagged(builder: PromptBuilder, family: str) -> None:
             assert rep2.counts().get("prompt_text", 0) >= 1
 
 
+def test_length_cut_last_turn_is_not_a_difference(builder: PromptBuilder,
+                                                  family: str) -> None:
+    ids, mask, msgs = _branch(builder, family, canonical=True, compact=False, think=False)
+    # The last turn stopped by length, so it has no close token; its message is the text
+    # sampled so far, which the canonical render closes.
+    close = builder.family.stop_ids[0]
+    assert ids[-1] == close
+    cut_ids, cut_mask = ids[:-1], mask[:-1]
+    rep = mismatch_report(builder, cut_ids, cut_mask, msgs, TOOLS, cut=True)
+    assert rep.mismatch == 0 and rep.counts().get("special", 0) == 0, rep.differences[:3]
+    # Not said to be cut, the same branch is a lost close token.
+    assert mismatch_report(builder, cut_ids, cut_mask, msgs, TOOLS).counts()["special"] == 1
+    # A lost close anywhere else is still a bug: drop the previous one, keep the turn's end.
+    at = len(ids) - 1 - ids[:-1][::-1].index(close) - 1
+    broken = ids[:at] + ids[at + 1:-1]
+    rep2 = mismatch_report(builder, broken, mask[:at] + mask[at + 1:-1], msgs, TOOLS,
+                           cut=True)
+    assert rep2.counts().get("special", 0) >= 1
+
+
 async def test_runs_off_the_loop(builder: PromptBuilder, family: str) -> None:
     ids, mask, msgs = _branch(builder, family, canonical=True, compact=False, think=False)
     rep = await asyncio.to_thread(mismatch_report, builder, ids, mask, msgs, TOOLS)

@@ -88,7 +88,13 @@ def rollouts(
     backend: Backend, env: Environment, plan: RolloutPlan, serve: ServePlan | None = None
 ) -> contextlib.AbstractAsyncContextManager[Rollouts]:
     """Start the ``backend`` for ``env`` (``ValueError`` for an unknown one); ``serve``
-    sets up the env-server backends (``process``, ``ray``)."""
+    sets up the env-server backends (``process``, ``ray``); with ``plan.engine`` the engine
+    is started first and the backend runs over it."""
+    if plan.engine is not None:
+        # Imported here: the engine part only when an eval starts one.
+        from ._engine import with_engine
+
+        return with_engine(plan, lambda served: rollouts(backend, env, served, serve))
     if backend == "local":
         return local_rollouts(env, plan)
     if backend in ("process", "ray"):

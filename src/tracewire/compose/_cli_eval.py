@@ -10,7 +10,7 @@ import sys
 from .._command import Command
 from .._errors import TracewireError
 from ..env import load_environment
-from ._options import BACKENDS, RUNTIMES, UPSTREAM_APIS
+from ._options import BACKENDS, ENGINES, RUNTIMES, UPSTREAM_APIS
 
 HELP = "Run an environment's tasks × rollouts through the proxy and store the run."
 
@@ -23,10 +23,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="bundled name (arithmetic, tools, guess, command), entry point, "
                              "module path (pkg.mod[:attr]) or .py file")
     parser.add_argument("--model", help="model name (default: the built-in model's, or the "
-                                        "first listed by --base-url)")
+                                        "first listed by --base-url); with --engine, the "
+                                        "GGUF file (default: the bundled SmolLM2-135M)")
     parser.add_argument("--base-url", help="OpenAI-compatible server (default: start the "
                                            "built-in model in-process)")
     parser.add_argument("--api-key", help="key for --base-url (default: none)")
+    parser.add_argument("--engine", choices=ENGINES, default=None,
+                        help="start a local engine for the eval and serve it token-in/"
+                             "token-out (llamacpp: llama.cpp's server, built on first use)")
     parser.add_argument("--max-model-len", type=int, default=None,
                         help="context length of the built-in model, in tokens (default: its own)")
     parser.add_argument("-n", "--tasks", dest="n", type=int, default=None,
@@ -139,6 +143,7 @@ async def run_cli(args: argparse.Namespace) -> tuple[int, str | None]:
             sandbox_paths=getattr(args, "sandbox_path", None) or (),
             stop=stop,
             total_hint=set_total, tokenizer=args.tokenizer, upstream_api=args.upstream_api,
+            engine=getattr(args, "engine", None),
             on_episode=lambda _e, tally: bar.update(tally) if bar is not None else None,
         )
     except (TracewireError, ValueError, OSError) as exc:
@@ -161,6 +166,10 @@ async def run_cli(args: argparse.Namespace) -> tuple[int, str | None]:
 
 def run(args: argparse.Namespace) -> int:
     """Entry point of ``tracewire eval``."""
+    if getattr(args, "engine", None) and (args.base_url or args.tokenizer):
+        print("tracewire eval: --engine serves its own model: drop --base-url/--tokenizer",
+              file=sys.stderr)
+        return 2
     if getattr(args, "backend", "local") == "ray":
         try:
             _join_ray(args)

@@ -111,6 +111,7 @@ async def evaluate(
     total_hint: TotalHint | None = None,
     tokenizer: str | None = None,
     upstream_api: str = "completions",
+    engine: str | None = None,
 ) -> EvalResult:
     """Run ``n`` tasks (all by default) × ``r`` rollouts of ``env`` into a stored run.
 
@@ -131,6 +132,9 @@ async def evaluate(
     the sandbox's PATH, where an agent CLI is installed).
     ``tokenizer`` (a local tokenizer directory) serves the proxy token-in/token-out over
     ``base_url``'s ``upstream_api`` endpoint instead of the chat pass-through.
+    ``engine="llamacpp"`` starts llama.cpp's server for the eval (built and cached on first
+    use) on the GGUF file ``model`` names (default: the bundled SmolLM2-135M) and serves it
+    token-in/token-out with that file as tokenizer; it excludes ``base_url``/``tokenizer``.
     """
     if r < 1 or concurrency < 1 or workers < 1 or (n is not None and n < 0):
         raise ValueError("need r >= 1, concurrency >= 1, workers >= 1 and n >= 0")
@@ -150,9 +154,15 @@ async def evaluate(
         sampling["temperature"] = temperature
     if max_tokens is not None:
         sampling["max_tokens"] = max_tokens
-    plan = RolloutPlan(base_url=base_url, model=model, api_key=api_key, seed=seed,
-                       max_model_len=max_model_len, sampling=sampling, timeouts=timeouts,
-                       tokenizer=tokenizer, upstream_api=upstream_api)
+    if engine is not None and (base_url is not None or tokenizer is not None):
+        raise ValueError("engine serves its own model: it excludes base_url and tokenizer")
+    plan = RolloutPlan(base_url=base_url, model=None if engine else model, api_key=api_key,
+                       seed=seed, max_model_len=max_model_len, sampling=sampling,
+                       timeouts=timeouts, tokenizer=tokenizer, upstream_api=upstream_api,
+                       engine=engine, engine_model=model if engine else None,
+                       # A slot per rollout in flight, at most 4: the engine batches them,
+                       # and each slot costs its own KV cache.
+                       engine_parallel=max(1, min(concurrency, 4)))
     tally = Tally()
     status = "complete"
     lag: float | None = None

@@ -12,7 +12,8 @@ from typing import Any, Literal
 
 from ..env import Timeouts
 
-__all__ = ["BACKENDS", "RUNTIMES", "UPSTREAM_APIS", "Backend", "RolloutPlan", "ServePlan"]
+__all__ = ["BACKENDS", "ENGINES", "RUNTIMES", "UPSTREAM_APIS", "Backend", "RolloutPlan",
+           "ServePlan"]
 
 #: Where an eval's rollouts run: ``local`` is this process; ``process`` and ``ray`` are the
 #: workers of an env server (local worker processes, or Ray actors on a cluster).
@@ -24,6 +25,9 @@ BACKENDS: tuple[Backend, ...] = ("local", "process", "ray")
 RUNTIMES = ("local", "bwrap", "docker")
 #: Token-in endpoints ``--upstream-api`` accepts (the values of ``tito.codecs.UpstreamApi``).
 UPSTREAM_APIS = ("completions", "generate", "sglang", "llamacpp")
+
+#: Local engines an eval can start (``tracewire eval --engine``); see ``_engine``.
+ENGINES = ("llamacpp",)
 
 
 @dataclass(frozen=True)
@@ -41,6 +45,12 @@ class RolloutPlan:
     #: (see ``ProxyConfig.tokenizer``); None keeps the chat pass-through.
     tokenizer: str | None = None
     upstream_api: str = "completions"
+    #: A local engine to start for the eval (one of ``ENGINES``) on ``engine_model`` (a GGUF
+    #: file; None: the bundled one) with ``engine_parallel`` slots; it replaces
+    #: ``base_url`` and serves token-in/token-out with the GGUF as tokenizer.
+    engine: str | None = None
+    engine_model: str | None = None
+    engine_parallel: int = 1
 
 
 @dataclass(frozen=True)

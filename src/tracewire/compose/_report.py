@@ -82,6 +82,10 @@ def render_summary(console: Console, s: Summary) -> None:
     t.add_row("throughput", f"{s.tokens_per_s:.0f} sampled tok/s over {s.wall_s:.1f} s")
     t.add_row("stops", ", ".join(f"{k} {v}" for k, v in s.stops.items()) or "-")
     t.add_row("errors", ", ".join(f"{k} {v}" for k, v in s.errors.items()) or "none")
+    if s.tito_mismatch is not None:
+        # Token-in/token-out only: differences from a canonical re-render that point at a
+        # template or bridge bug (0 when the recorded ids are what the model saw).
+        t.add_row("tito mismatch", str(s.tito_mismatch))
     if s.loop_lag_p99_ms is not None:
         lag = f"{s.loop_lag_p99_ms:.1f} ms"
         if s.loop_busy is not None:

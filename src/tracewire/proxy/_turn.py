@@ -192,9 +192,12 @@ class TurnPipeline:
             # is filled; the chat streamer hides the usage chunk from a harness that did not.
             fields = _with_usage(up, fields)
         payload = up.upstream_bytes(fields)
-        ureq = UpstreamRequest(payload, stream=up.stream, split=not self.config.response_hooks,
+        hooked = bool(self.config.response_hooks)
+        ureq = UpstreamRequest(payload, stream=up.stream, split=not hooked,
                                context=(_context(session, prep) if self.upstream.wants_context
-                                        else None), flags=flags)
+                                        else None), flags=flags,
+                               # a response hook is shown the whole answer
+                               want_logprobs=up.want_logprobs or hooked)
         return Turn(session=session, adapter=adapter, up=up, prep=prep, call=call,
                     request=ureq, upstream=self.upstream, rkey=rkey, ikey=ikey,
                     offload=self.offload)
@@ -225,6 +228,8 @@ class TurnPipeline:
             out = await self.offload(size, outcome_of, d, reply.span is not None)
         except (ValueError, TypeError, AttributeError) as exc:
             raise UpstreamError(f"upstream answered something unusable: {exc}") from exc
+        if reply.logprobs is not None and out.choices:
+            out.choices[0].logprobs = reply.logprobs  # handed over, not in the dict
         if reply.span is not None:
             out.span = reply.span
             out.prompt = await turn.read_prompt(reply.span)

@@ -72,6 +72,11 @@ class UpstreamRequest:
     #: Facts the upstream reports about this call (e.g. ``"malformed_tool_call"``); the
     #: pipeline records them on the committed :class:`~tracewire.trace.Call` ``flags``.
     flags: list[str] = field(default_factory=list)
+    #: Whether the harness itself asked for per-token logprobs in its answer. An
+    #: implementation that builds its answer may then leave ``logprobs.content`` out and
+    #: hand the logprobs over as :attr:`UpstreamReply.logprobs` (a dict per token is most
+    #: of the cost of a long answer).
+    want_logprobs: bool = True
 
     def body(self) -> dict[str, Any]:
         """The payload decoded (for implementations that do not forward bytes)."""
@@ -95,6 +100,9 @@ class UpstreamReply:
     data: dict[str, Any]
     raw: bytes | None = None
     span: RawSpan | None = None
+    #: The sampled tokens' logprobs of choice 0 when ``data`` leaves ``logprobs.content``
+    #: out (see :attr:`UpstreamRequest.want_logprobs`); the pipeline records these.
+    logprobs: list[float] | None = None
 
 
 @dataclass(slots=True)

@@ -5,6 +5,11 @@ becomes one job per episode; jobs wait in a bounded queue and go to the least-lo
 worker while fewer than ``max_inflight`` run. Worker output is routed by its 9-byte job frame
 and forwarded to the client as it arrived (no decoding, no copy). Worker start, restart,
 scaling, hang detection and timeouts live in :class:`~tracewire.serve._supervisor.Workers`.
+
+Sockets bound on TCP are CURVE servers (``_auth``): each worker connects with a keypair made
+for it alone and its messages are taken only when their CURVE user id is the worker id they
+claim; clients connect with a key the server authorised (its client key file). Frames from
+anyone else are dropped and counted (``frames_dropped``, ``*_handshakes_failed``).
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import contextlib
 import logging
 import os
 import shutil
+import struct
 import tempfile
 import time
 from collections import deque
@@ -23,8 +29,10 @@ import zmq
 
 from .._errors import BusyError, ProtocolError, RunTimeout, ServeError, WorkerDiedError
 from ..trace import SCHEMA_VERSION, new_id
+from ._auth import ClientKey, is_tcp
 from ._config import DEFAULT_ADDRESS, ServerConfig, WorkerConfig
 from ._direct import loopback_id, valid_data_address
+from ._guard import Guard
 from ._io import Reader
 from ._liveness import ClientWatch
 from ._pool import LocalProcessPool, WorkerPool
@@ -43,6 +51,11 @@ from ._supervisor import Job, Workers, WorkerState
 __all__ = ["EnvServer"]
 
 log = logging.getLogger("tracewire.serve")
+
+# What a socket monitor reports, and the events counted as a refused handshake.
+_EVENT = struct.Struct("=HI")
+_HANDSHAKE_FAILED = (zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
+                     | zmq.EVENT_HANDSHAKE_FAILED_AUTH)
 
 
 class EnvServer:
@@ -72,8 +85,9 @@ class EnvServer:
         self._front: zmq.Socket[Any] | None = None
         self._back: zmq.Socket[Any] | None = None
         self._readers: list[Reader] = []
-        self._monitor: zmq.Socket[Any] | None = None
+        self._monitors: list[tuple[zmq.Socket[Any], zmq.Socket[Any]]] = []
         self._tmpdir: str | None = None
+        self._guard = Guard(self._ctx)
         self.jobs: dict[int, Job] = {}
         self.queue: deque[Job] = deque()
         self.requests: dict[tuple[bytes, str], set[int]] = {}
@@ -86,7 +100,9 @@ class EnvServer:
         self._stopped = asyncio.Event()
         self.counters = {"runs": 0, "episodes_ok": 0, "episodes_failed": 0, "busy": 0,
                          "cancelled": 0, "timeouts": 0, "protocol_errors": 0,
-                         "bytes_forwarded": 0, "clients_lost": 0, "workers_unresponsive": 0}
+                         "bytes_forwarded": 0, "clients_lost": 0, "workers_unresponsive": 0,
+                         "frames_dropped": 0, "worker_handshakes_failed": 0,
+                         "client_handshakes_failed": 0}
         self.workers = Workers(self, pool or LocalProcessPool())
         # Told to clients in `hello`, so they use the direct path only on a shared loopback.
         self._loopback = loopback_id() if self.workers.pool.same_host else None
@@ -98,51 +114,86 @@ class EnvServer:
         # Joining a cluster blocks (Ray: seconds, once per process) and Ray wants the main
         # thread; callers that mind the stall call ``pool.prepare()`` before their loop.
         self.workers.pool.prepare()
+        pool = self.workers.pool
+        endpoint = cfg.worker_endpoint
+        if pool.in_process:
+            # In-process workers use inproc:// alone; nothing else may dial in.
+            endpoint = f"inproc://tracewire-workers-{id(self):x}"
+        elif endpoint is None and pool.same_host:
+            self._tmpdir = tempfile.mkdtemp(prefix="tw-serve-")
+            endpoint = f"ipc://{self._tmpdir}/workers.sock"
+        elif endpoint is None:
+            endpoint = "tcp://127.0.0.1:0"  # remote workers: loopback unless told otherwise
+        curve_front = cfg.curve and is_tcp(self._bind)
+        curve_workers = cfg.curve and is_tcp(endpoint)
         self._front = self._ctx.socket(zmq.ROUTER)
         self._front.setsockopt(zmq.LINGER, 1000)
         self._front.setsockopt(zmq.MAXMSGSIZE, cfg.max_request_bytes)
         # Sends to a gone or non-reading peer fail loudly instead of vanishing.
         self._front.setsockopt(zmq.ROUTER_MANDATORY, 1)
+        if curve_front:
+            self._guard.arm(self._front, workers=False)
         try:
             self._front.bind(self._bind)
         except zmq.ZMQError as exc:
             self._front.close(0)
+            self._guard.close()
             raise ServeError(f"cannot bind {self._bind}: {exc}") from exc
         self.address = str(self._front.getsockopt_string(zmq.LAST_ENDPOINT))
         self._back = self._ctx.socket(zmq.ROUTER)
         self._back.setsockopt(zmq.LINGER, 0)
         self._back.setsockopt(zmq.ROUTER_MANDATORY, 1)
-        pool = self.workers.pool
-        endpoint = cfg.worker_endpoint
-        if endpoint is None and pool.same_host:
-            self._tmpdir = tempfile.mkdtemp(prefix="tw-serve-")
-            endpoint = f"ipc://{self._tmpdir}/workers.sock"
-        elif endpoint is None:
-            endpoint = "tcp://127.0.0.1:0"  # remote workers: loopback unless told otherwise
+        if curve_workers:
+            self._guard.arm(self._back, workers=True)
         try:
             self._back.bind(endpoint)
         except zmq.ZMQError as exc:
             self._front.close(0)
             self._back.close(0)
+            self._guard.close()
             raise ServeError(f"cannot bind the worker endpoint {endpoint}: {exc}") from exc
         self.worker_endpoint = str(self._back.getsockopt_string(zmq.LAST_ENDPOINT))
         if pool.in_process:
-            inproc = f"inproc://tracewire-workers-{id(self):x}"
-            self._back.bind(inproc)
-            pool.attach(self._ctx, inproc)
+            pool.attach(self._ctx, self.worker_endpoint)
+        if curve_front:
+            self._guard.admit_clients(self.address, cfg.client_key_file, cfg.client_keys)
         self.started_at = time.time()
         self._front_io = Reader(self._front, self._on_front, "clients")
         self._back_io = Reader(self._back, self._on_worker, "workers")
+        self._readers = [self._front_io, self._back_io]
         # A worker's connection closing (its process or node gone) is heard at once; the
         # heartbeat timeout stays the backstop for peers that vanish without closing.
-        monitor = self._monitor = self._back.get_monitor_socket(zmq.EVENT_DISCONNECTED)
-        self._readers = [self._front_io, self._back_io,
-                         Reader(monitor, self._on_disconnect, "worker-monitor")]
+        self._watch(self._back, zmq.EVENT_DISCONNECTED | _HANDSHAKE_FAILED, "worker")
+        if curve_front:
+            self._watch(self._front, _HANDSHAKE_FAILED, "client")
         for r in self._readers:
             r.start()
         self._tasks = [asyncio.create_task(self._supervise(), name="serve-supervise")]
         self.workers.ensure()
         return self
+
+    def _watch(self, sock: zmq.Socket[Any], events: int, who: str) -> None:
+        monitor = sock.get_monitor_socket(events)
+        self._monitors.append((sock, monitor))
+        self._readers.append(Reader(monitor, lambda frames: self._on_event(who, frames),
+                                    f"{who}-monitor"))
+
+    def _on_event(self, who: str, frames: list[Any]) -> None:
+        event, _ = _EVENT.unpack_from(frames[0].buffer)
+        if event & _HANDSHAKE_FAILED:
+            self.counters[f"{who}_handshakes_failed"] += 1
+        elif who == "worker" and event == zmq.EVENT_DISCONNECTED:
+            self.workers.probe()
+
+    @property
+    def client_key_file(self) -> str | None:
+        """The client key file of a CURVE client socket (None on ipc:// or inproc://)."""
+        return self._guard.client_key_file
+
+    @property
+    def client_key(self) -> ClientKey | None:
+        """What a client needs to connect (the key file's content), if CURVE is on."""
+        return self._guard.client_key
 
     async def __aenter__(self) -> EnvServer:
         return await self.start()
@@ -185,12 +236,13 @@ class EnvServer:
         await asyncio.sleep(0.05)  # let the last answers leave the socket
         for r in self._readers:
             r.stop()
-        if self._monitor is not None and self._back is not None:
-            self._back.disable_monitor()
-            self._monitor.close(linger=0)
+        for sock, monitor in self._monitors:
+            sock.disable_monitor()
+            monitor.close(linger=0)
         for s in (self._front, self._back):
             if s is not None:
                 s.close(linger=1000)
+        self._guard.close()
         self._ctx.term()
         if self._tmpdir:
             shutil.rmtree(self._tmpdir, ignore_errors=True)
@@ -224,9 +276,6 @@ class EnvServer:
         except zmq.ZMQError as exc:
             return exc.errno != zmq.EHOSTUNREACH  # a full queue is a slow worker, not a gone one
         return True
-
-    def _on_disconnect(self, frames: list[Any]) -> None:
-        self.workers.probe()
 
     # -- jobs ------------------------------------------------------------------------------
     def fail_job(self, job: Job, exc: Exception) -> None:
@@ -328,12 +377,15 @@ class EnvServer:
         """Episodes queued for want of a free worker."""
         return len(self.queue)
 
-    def worker_config(self, worker_id: str) -> WorkerConfig:
-        """The configuration a new worker called ``worker_id`` starts with."""
+    def worker_config(self, w: WorkerState) -> WorkerConfig:
+        """The configuration (and keys) the new worker ``w`` starts with."""
         cfg = self.config
-        return WorkerConfig(endpoint=self.worker_endpoint, worker_id=worker_id, env=self.env,
+        # Its own pair: the broker admits exactly this worker under exactly this id.
+        keys = self._guard.worker_keys(w.id)
+        w.public_key = keys.get("public_key", "")
+        return WorkerConfig(endpoint=self.worker_endpoint, worker_id=w.id, env=self.env,
                             factory=self.factory, options=self.options,
-                            heartbeat_s=cfg.heartbeat_s, coalesce_s=cfg.coalesce_s)
+                            heartbeat_s=cfg.heartbeat_s, coalesce_s=cfg.coalesce_s, **keys)
 
     def worker_ready(self, w: WorkerState) -> None:
         """A worker takes work from now on: give it some."""
@@ -341,6 +393,7 @@ class EnvServer:
 
     def worker_gone(self, w: WorkerState, status: int) -> None:
         """Fail every job of a worker that exited (called within ms of its death noticed)."""
+        self._guard.forget_worker(w.public_key)  # nobody reconnects as it
         where = f"pid {w.pid}" if w.pid is not None else (w.where or "no pid")
         for jid in list(w.jobs):
             job = self.jobs.get(jid)
@@ -429,8 +482,11 @@ class EnvServer:
         group_id = (body.get("group_id") or new_id()) if kind == "run_group" else None
         job_body = {"task": task, "group_id": group_id, "stream": bool(body.get("stream", True)),
                     "keep_frames": bool(body.get("keep_frames", False))}
-        if data is not None and self.workers.pool.same_host:
+        data_key = body.get("data_key")
+        if data is not None and self.workers.pool.same_host and isinstance(data_key, str) \
+                and len(data_key) == 32:
             job_body["data"] = data
+            job_body["data_key"] = data_key
         now = time.monotonic()
         if "hb" in body:
             self.clients.promise(client, body["hb"], now)
@@ -446,8 +502,12 @@ class EnvServer:
 
     # -- worker output ---------------------------------------------------------------------
     def _on_worker(self, frames: list[Any]) -> None:
-        w = self.workers.get(frames[0].bytes.decode())
-        if w is None or len(frames) < 3:
+        wid = frames[0].bytes.decode("utf-8", "replace")
+        w = self.workers.get(wid)
+        # On CURVE the user id is the id the gate gave this key: a worker speaks only as itself.
+        if w is None or len(frames) < 3 or (
+                self._guard.workers and frames[0].get("User-Id") != wid):
+            self.counters["frames_dropped"] += 1
             return
         w.last_seen = time.monotonic()
         if not frames[1].buffer.nbytes:
@@ -496,6 +556,7 @@ class EnvServer:
             "env": self.env,
             "backend": self.workers.pool.name,
             "pid": os.getpid(),
+            "curve": {"clients": self.client_key is not None, "workers": self._guard.workers},
         }
 
     def stats(self) -> dict[str, Any]:
@@ -507,4 +568,6 @@ class EnvServer:
             "worker_starts": self.workers.starts,
             "worker_deaths": self.workers.deaths,
             "workers": [w.row() for w in self.workers.all.values()],
+            "worker_endpoint": self.worker_endpoint,
+            "handshakes_denied": self._guard.denied(),
         }

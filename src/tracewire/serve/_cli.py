@@ -70,6 +70,15 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="seconds of worker silence before it is killed as hung "
                              f"(default {d.heartbeat_timeout}; 2 with --backend ray, so a "
                              "lost node's episodes fail fast)")
+    parser.add_argument("--client-key-file", default=None, metavar="PATH",
+                        help="where to write the client key file of a TCP --address (mode "
+                             "0600; default: a new private temp directory); clients read "
+                             "it from $TRACEWIRE_CLIENT_KEY_FILE")
+    parser.add_argument("--client-keys", default=None, metavar="FILE",
+                        help="further client CURVE public keys to admit, one Z85 key a line")
+    parser.add_argument("--no-curve", action="store_true",
+                        help="no CURVE on TCP sockets: anyone who reaches a port may pose as "
+                             "a worker or client (only on a network you trust entirely)")
     parser.add_argument("--runner", default=None,
                         help="runner factory 'module:attribute' (default: by env)")
     parser.add_argument("--base-url", default=None,
@@ -113,6 +122,13 @@ def _resources(text: str | None) -> dict[str, float] | None:
     return value
 
 
+def _client_keys(path: str | None) -> list[str]:
+    if path is None:
+        return []
+    with open(path) as f:
+        return [line.strip() for line in f if line.strip() and not line.startswith("#")]
+
+
 async def _serve(args: argparse.Namespace, default_factory: RunnerFactory | None) -> int:
     backend = "inline" if args.inline else args.backend
     hb_timeout = args.heartbeat_timeout or (2.0 if backend == "ray" else
@@ -121,7 +137,9 @@ async def _serve(args: argparse.Namespace, default_factory: RunnerFactory | None
                        max_inflight=args.max_inflight, max_queue=args.max_queue,
                        run_timeout=args.run_timeout, queue_timeout=args.queue_timeout,
                        idle_s=args.idle, worker_endpoint=args.worker_address,
-                       heartbeat_timeout=hb_timeout)
+                       heartbeat_timeout=hb_timeout, curve=not args.no_curve,
+                       client_key_file=args.client_key_file,
+                       client_keys=_client_keys(args.client_keys))
     pool = make_pool(backend, ray_address=args.ray_address, worker_cpus=args.worker_cpus,
                      worker_resources=_resources(args.worker_resources))
     # Before serving and on the main thread, where Ray wants to be initialised.
@@ -132,6 +150,12 @@ async def _serve(args: argparse.Namespace, default_factory: RunnerFactory | None
                        options=_options(args), pool=pool)
     await server.start()
     print(f"serving {args.env} on {server.address}", flush=True)
+    if server.client_key_file is not None:
+        print(f"client key file: {server.client_key_file} (clients: export "
+              f"TRACEWIRE_CLIENT_KEY_FILE={server.client_key_file})", flush=True)
+    if server.client_key is not None:
+        # For clients with a keypair of their own (admitted with --client-keys).
+        print(f"server public key: {server.client_key.server_key}", flush=True)
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):

@@ -8,6 +8,11 @@ sequence- and cursor-checked by an :class:`~tracewire.codec.EpisodeAssembler`; a
 that cannot be read is logged and skipped (the request it belonged to, if any, fails with
 a clear error), never ending the loop. Cancelling an awaiting call, or its timeout, tells
 the server to cancel the run.
+
+A server bound on TCP is a CURVE server: the client connects with the key from the server's
+client key file (``key_file``, else the files named by ``TRACEWIRE_CLIENT_KEY_FILE``, else
+the key of a server running in this process). Direct-path messages carry a random token the
+client sent with the run (through the authenticated broker); others are dropped and counted.
 """
 
 from __future__ import annotations
@@ -17,7 +22,9 @@ import contextlib
 import functools
 import itertools
 import logging
-from collections.abc import Callable, Sequence
+import os
+import secrets
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,6 +34,7 @@ from .._errors import DeltaError, ProtocolError, RunTimeout, ServeError, Tracewi
 from .._memory import tune_allocator
 from ..codec import EpisodeAssembler, EpisodeDelta, decode_frames
 from ..trace import SCHEMA_VERSION, Episode, new_id
+from ._auth import KEY_FILE_ENV, ClientKey, is_tcp, local_key, read_key_file
 from ._direct import is_local_endpoint, loopback_id
 from ._io import Reader, send_retry
 from ._protocol import (
@@ -98,11 +106,18 @@ class EnvClient:
     straight to this client, past the broker: two fewer socket hops per token byte. It is
     used for a server only after :meth:`connect` found that it shares this process's
     loopback (same kernel boot and network namespace; not through a tunnel).
+
+    ``key_file`` is the client key file a CURVE server wrote (``tracewire serve`` prints
+    its path), or a map from address to key file for several servers; without it the files
+    in ``$TRACEWIRE_CLIENT_KEY_FILE`` (``os.pathsep``-separated) are matched to addresses by
+    the address they name (one file alone serves every TCP address).
     """
 
     def __init__(self, address: str | Sequence[str], *, timeout: float = DEFAULT_TIMEOUT,
                  protocol: int = PROTOCOL_VERSION, tune_memory: bool = True,
-                 direct: bool = True) -> None:
+                 direct: bool = True,
+                 key_file: str | os.PathLike[str] | Mapping[str, str | os.PathLike[str]]
+                 | None = None) -> None:
         self.addresses = [address] if isinstance(address, str) else list(address)
         if not self.addresses:
             raise ValueError("EnvClient needs at least one server address")
@@ -121,15 +136,24 @@ class EnvClient:
         # Servers whose hello named this process's own loopback (see _direct).
         self._direct_ok: set[str] = set()
         self._hb_task: asyncio.Task[None] | None = None
+        self._key_file = key_file
+        # Proves a direct-path message comes from a worker the broker gave our run to.
+        self._data_token = secrets.token_bytes(16)
+        #: Direct-path messages dropped for want of the token (someone else sent them).
+        self.dropped = 0
 
     # -- connection ------------------------------------------------------------------------
     def _ensure(self) -> None:
         if self._ctx is not None:
             return
+        keys = self._keys()
         self._ctx = zmq.Context()
         for addr in self.addresses:
             s = self._ctx.socket(zmq.DEALER)
             s.setsockopt(zmq.LINGER, 0)
+            key = keys.get(addr)
+            if key is not None:
+                key.apply(s)
             try:
                 s.connect(addr)
             except zmq.ZMQError as exc:
@@ -144,15 +168,47 @@ class EnvClient:
             data.bind("tcp://127.0.0.1:0")
             self._data_address = str(data.getsockopt_string(zmq.LAST_ENDPOINT))
             self._socks[self._data_address] = data
-            reader = Reader(data, functools.partial(self._receive, "direct"), "direct")
+            reader = Reader(data, self._receive_direct, "direct")
             reader.start()
             self._readers[self._data_address] = reader
+
+    def _keys(self) -> dict[str, ClientKey]:
+        """The CURVE key for each TCP address that has one (read from small files)."""
+        tcp = [a for a in self.addresses if is_tcp(a)]
+        out: dict[str, ClientKey] = {}
+        if not tcp:
+            return out
+        given = self._key_file
+        if isinstance(given, Mapping):
+            return {a: read_key_file(p) for a, p in given.items() if a in tcp}
+        if given is not None:
+            key = read_key_file(given)
+            return dict.fromkeys(tcp, key)
+        files = [read_key_file(p) for p in os.environ.get(KEY_FILE_ENV, "").split(os.pathsep)
+                 if p]
+        for a in tcp:
+            named = [k for k in files if k.address == a]
+            if named:
+                out[a] = named[0]
+            elif len(files) == 1:
+                out[a] = files[0]
+            elif (mine := local_key(a)) is not None:
+                out[a] = mine
+        return out
 
     async def connect(self, timeout: float = 10.0) -> EnvClient:
         """Check every server answers and speaks this protocol/schema version."""
         self._ensure()
         for addr in self.addresses:
-            body = await self._call(addr, "hello", {}, timeout)
+            try:
+                body = await self._call(addr, "hello", {}, timeout)
+            except ServeError as exc:
+                if is_tcp(addr) and "no answer" in str(exc):
+                    raise ServeError(
+                        f"{exc} (a tracewire server on TCP admits only clients holding its "
+                        f"key: pass key_file= or set {KEY_FILE_ENV} to the client key file "
+                        f"the server wrote)") from exc
+                raise
             if body.get("proto") != PROTOCOL_VERSION or body.get("schema") != SCHEMA_VERSION:
                 raise ProtocolError(f"{addr} speaks protocol {body.get('proto')} / schema "
                                     f"{body.get('schema')}; this client speaks "
@@ -266,6 +322,7 @@ class EnvClient:
                                 "keep_frames": keep_frames, "hb": HEARTBEAT_S}
         if self._data_address is not None and addr in self._direct_ok:
             body["data"] = self._data_address
+            body["data_key"] = self._data_token.hex()
         if kind == "run_group":
             body["r"] = r
             if group_id is not None:
@@ -324,6 +381,13 @@ class EnvClient:
         return await self._info("stats", address, timeout)
 
     # -- receiving -------------------------------------------------------------------------
+    def _receive_direct(self, frames: list[Any]) -> None:
+        # Anyone on the host can reach the loopback data socket: only our workers know this.
+        if len(frames) < 2 or frames[0].bytes != self._data_token:
+            self.dropped += 1
+            return
+        self._receive("direct", frames[1:])
+
     def _receive(self, addr: str, frames: list[Any]) -> None:
         try:
             self._on_message(addr, frames)

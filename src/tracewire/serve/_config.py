@@ -6,6 +6,7 @@ import math
 from typing import Any
 
 import msgspec
+from zmq.utils import z85
 
 __all__ = ["DEFAULT_ADDRESS", "ServerConfig", "WorkerConfig"]
 
@@ -51,6 +52,13 @@ class ServerConfig(msgspec.Struct, kw_only=True):
     coalesce_s: float = 0.002
     #: Endpoint workers connect to; default: an ipc socket in a private temp directory.
     worker_endpoint: str | None = None
+    #: Encrypt and authenticate with ZMQ CURVE every socket of the server bound on TCP
+    #: (docs/CLUSTER.md); off only to measure what it costs, or on a network you trust.
+    curve: bool = True
+    #: Where a CURVE server writes its client key file (default: a private temp directory).
+    client_key_file: str | None = None
+    #: Further client public keys (Z85) the server lets in, besides its own key file's.
+    client_keys: list[str] = msgspec.field(default_factory=list)
 
     def __post_init__(self) -> None:
         if self.workers < 0 or self.max_inflight < 1:
@@ -63,6 +71,13 @@ class ServerConfig(msgspec.Struct, kw_only=True):
             self.max_queue = 4 * self.max_inflight
         if self.slots_per_worker is None:
             self.slots_per_worker = max(1, math.ceil(self.max_inflight / self.max_workers))
+        for key in self.client_keys:
+            try:
+                ok = len(z85.decode(key)) == 32
+            except (ValueError, TypeError):
+                ok = False
+            if not ok:
+                raise ValueError(f"client key {key!r} is not a Z85 CURVE public key")
         for name in ("run_timeout", "queue_timeout", "heartbeat_timeout", "start_timeout",
                      "cancel_grace", "client_timeout"):
             v = getattr(self, name)
@@ -71,7 +86,11 @@ class ServerConfig(msgspec.Struct, kw_only=True):
 
 
 class WorkerConfig(msgspec.Struct, kw_only=True):
-    """What a worker process needs to know; passed as one JSON argument."""
+    """What a worker needs to know; it holds secrets, so never on argv or in the environment.
+
+    A worker process reads it as JSON on its standard input (a pipe only it and the broker
+    hold); a Ray actor gets it as a call argument.
+    """
 
     endpoint: str
     worker_id: str
@@ -80,3 +99,8 @@ class WorkerConfig(msgspec.Struct, kw_only=True):
     options: dict[str, Any] = msgspec.field(default_factory=dict)
     heartbeat_s: float = 0.25
     coalesce_s: float = 0.002
+    #: CURVE keys (Z85) on a TCP endpoint: the broker's public key and this worker's own
+    #: pair, made for it alone; empty on ipc:// and inproc:// endpoints.
+    server_key: str = ""
+    public_key: str = ""
+    secret_key: str = ""

@@ -2,13 +2,16 @@
 
 For callers that want rollouts from workers without running a server themselves (the eval
 command, a notebook, a trainer on the head node): :func:`serve_env` starts an
-:class:`EnvServer` with the chosen backend on a private loopback port, waits for its
+:class:`EnvServer` with the chosen backend on a private ``ipc://`` socket (in a 0700
+directory: only this user can reach it, and no CURVE costs on the client hop), waits for its
 workers, and yields a client connected to it; leaving the block stops both.
 """
 
 from __future__ import annotations
 
 import contextlib
+import shutil
+import tempfile
 from collections.abc import AsyncIterator
 from typing import Any, Literal
 
@@ -65,9 +68,14 @@ async def serve_env(env: str, *, backend: str = "process", workers: int = 1,
                                  heartbeat_timeout=2.0 if backend == "ray" else 5.0)
     pool = pool or make_pool(backend, ray_address=ray_address, worker_cpus=worker_cpus,
                              worker_resources=worker_resources)
-    server = EnvServer(env, address="tcp://127.0.0.1:0", config=cfg, factory=factory,
-                       options=options, pool=pool)
-    await server.start()
+    private = tempfile.mkdtemp(prefix="tw-env-")
+    server = EnvServer(env, address=f"ipc://{private}/clients.sock", config=cfg,
+                       factory=factory, options=options, pool=pool)
+    try:
+        await server.start()
+    except BaseException:
+        shutil.rmtree(private, ignore_errors=True)
+        raise
     try:
         await server.wait_ready(timeout=ready_timeout)
         timeout = DEFAULT_TIMEOUT if client_timeout is None else client_timeout
@@ -75,3 +83,4 @@ async def serve_env(env: str, *, backend: str = "process", workers: int = 1,
             yield client
     finally:
         await server.stop(drain=False, timeout=5.0)
+        shutil.rmtree(private, ignore_errors=True)

@@ -100,7 +100,11 @@ class ProcessHandle(WorkerHandle):
 
 
 class LocalProcessPool(WorkerPool):
-    """Starts each worker as ``python -m tracewire.serve._worker CONFIG`` on this machine."""
+    """Starts each worker as ``python -m tracewire.serve._worker`` on this machine.
+
+    The configuration (with the worker's secret key) goes down a pipe on its standard
+    input, never on its command line or in its environment, which others on the host read.
+    """
 
     def __init__(self, python: str | None = None, env: dict[str, str] | None = None) -> None:
         self.python = python or sys.executable
@@ -109,10 +113,16 @@ class LocalProcessPool(WorkerPool):
     async def start(self, config: WorkerConfig) -> WorkerHandle:
         proc = await asyncio.create_subprocess_exec(
             self.python, "-m", "tracewire.serve._worker",
-            msgspec.json.encode(config).decode(),
-            stdin=asyncio.subprocess.DEVNULL,
+            stdin=asyncio.subprocess.PIPE,
             env={**os.environ, **self.env} if self.env else None,
         )
+        assert proc.stdin is not None
+        try:
+            proc.stdin.write(msgspec.json.encode(config))
+            await proc.stdin.drain()
+            proc.stdin.close()
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # it died at once; wait() reports its status
         return ProcessHandle(proc)
 
 

@@ -58,7 +58,8 @@ __all__ = [
 ]
 
 #: Version of the envelope protocol; a peer speaking another one is refused with a clear error.
-PROTOCOL_VERSION = 1
+#: 2: direct-path messages start with the client's token frame (``data_key``).
+PROTOCOL_VERSION = 2
 REQUESTS = frozenset({"hello", "run", "run_group", "cancel", "health", "stats", "hb"})
 ANSWERS = frozenset({"delta", "reply", "error"})
 #: Upper bound on an envelope (the task rides in it); token data travels in other frames.

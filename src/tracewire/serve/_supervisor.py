@@ -1,7 +1,8 @@
 """The broker's view of its workers: start, restart with back-off, scale, detect hangs.
 
 A worker is ``starting`` until it says ``ready``, then ``ready`` (takes work), ``retiring``
-(told to stop because idle) and finally ``dead``. A death is noticed from the pool handle's
+(told to stop because idle) or ``killing`` (being killed: it gets no new job, since it will
+not live to run it) and finally ``dead``. A death is noticed from the pool handle's
 ``wait()`` (milliseconds after the process exits) or from missing heartbeats (hung worker,
 killed), or at once from its connection closing (a remote worker's process or node gone);
 either way its in-flight jobs fail at once with ``WorkerDiedError``.
@@ -16,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import secrets
 import time
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -61,6 +63,10 @@ class WorkerState:
     idle_since: float = field(default_factory=time.monotonic)
     jobs: set[int] = field(default_factory=set)
     done: int = 0
+    #: Its CURVE public key (Z85) on a TCP worker endpoint, else empty.
+    public_key: str = ""
+    #: When it was last told to die (a kill that did not take is repeated).
+    killed_at: float = 0.0
 
     def row(self) -> dict[str, Any]:
         """A row for ``stats``."""
@@ -78,8 +84,8 @@ class Broker(Protocol):
     def waiting(self) -> int:
         """Episodes queued for want of a free worker."""
 
-    def worker_config(self, worker_id: str) -> WorkerConfig:
-        """The configuration a new worker called ``worker_id`` starts with."""
+    def worker_config(self, w: WorkerState) -> WorkerConfig:
+        """The configuration (and keys) the new worker ``w`` starts with."""
 
     def to_worker(self, w: WorkerState, kind: str, body: dict[str, Any], rid: str = "") -> bool:
         """Send a control message to ``w``; False if it cannot take it."""
@@ -139,14 +145,15 @@ class Workers:
 
     def _spawn(self) -> None:
         self._n += 1
-        w = WorkerState(id=f"w{self._n}-{id(self) & 0xFFFF:x}")
+        # Unguessable: on a TCP endpoint the id is also the worker's CURVE user id.
+        w = WorkerState(id=f"w{self._n}-{secrets.token_hex(8)}")
         self.all[w.id] = w
         t = asyncio.create_task(self._run(w), name=f"worker-{w.id}")
         self._tasks.add(t)
         t.add_done_callback(self._tasks.discard)
 
     async def _run(self, w: WorkerState) -> None:
-        cfg = self.server.worker_config(w.id)
+        cfg = self.server.worker_config(w)
         self.starts += 1
         try:
             w.handle = await self.pool.start(cfg)
@@ -167,7 +174,9 @@ class Workers:
             self.deaths += 1
             if why is None:
                 why = f"worker {w.id} (pid {w.pid}) exited with status {status}"
-                if was == "starting" and self.last_error and w.id in self.last_error:
+                # Why it was killed (or failed to start) says more than its exit status.
+                if was in ("starting", "killing") and self.last_error and \
+                        w.id in self.last_error:
                     why = self.last_error
             self.last_error = why
             # Back off when workers die young (a crash loop), not after a long healthy life.
@@ -182,6 +191,10 @@ class Workers:
         """Kill a worker that misbehaves; its death is then handled as any other."""
         self.last_error = f"worker {w.id} (pid {w.pid}) killed: {reason}"
         log.warning("%s", self.last_error)
+        if w.state in ("starting", "ready"):
+            # Until its death is seen (a Ray kill takes a while) it is handed nothing new.
+            w.state = "killing"
+        w.killed_at = time.monotonic()
         if w.handle is not None:
             w.handle.kill()
 
@@ -209,6 +222,11 @@ class Workers:
                 self.kill(w, f"no heartbeat for {cfg.heartbeat_timeout}s")
             elif w.state == "starting" and now - w.started > cfg.start_timeout:
                 self.kill(w, f"not ready after {cfg.start_timeout}s")
+            elif w.state == "killing" and now - w.killed_at > cfg.cancel_grace:
+                # A kill that did not take is repeated (the first reason stays the error).
+                w.killed_at = now
+                if w.handle is not None:
+                    w.handle.kill()
         ready = [w for w in self.all.values() if w.state == "ready"]
         idle = [w for w in ready if not w.jobs and now - w.idle_since > cfg.idle_s]
         load = sum(len(w.jobs) for w in ready)

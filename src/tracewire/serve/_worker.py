@@ -1,11 +1,12 @@
 """Worker process: runs rollouts concurrently on its own event loop and streams them.
 
-Started by a :class:`~tracewire.serve.WorkerPool` as ``python -m tracewire.serve._worker
-CONFIG_JSON``. It connects a DEALER socket (routing id = its worker id) to the broker's
-worker endpoint, builds its runner from the factory, says ``ready``, heartbeats, and for
-each ``run`` streams the episode as delta frames behind a job frame. A cancelled job
-answers ``CANCELLED`` so the broker frees its slot. If the factory fails the worker reports
-``fatal`` with the reason and exits 3.
+Started by a :class:`~tracewire.serve.WorkerPool` as ``python -m tracewire.serve._worker``
+with its JSON config (which holds its CURVE secret key) on standard input. It connects a
+DEALER socket (routing id = its worker id) to the broker's worker endpoint, builds its
+runner from the factory, says ``ready``, heartbeats, and for each ``run`` streams the
+episode as delta frames behind a job frame. A cancelled job answers ``CANCELLED`` so the
+broker frees its slot. If the factory fails the worker reports ``fatal`` with the reason
+and exits 3.
 """
 
 from __future__ import annotations
@@ -39,9 +40,19 @@ from ._protocol import (
 from ._runner import Runner, load_factory
 from ._stream import EpisodeStreamer
 
-__all__ = ["main", "serve_worker"]
+__all__ = ["main", "read_config", "serve_worker"]
 
 log = logging.getLogger("tracewire.serve.worker")
+
+
+def _token(text: object) -> bytes | None:
+    """The client's direct-path token (32 hex digits), or None."""
+    if not isinstance(text, str) or len(text) != 32:
+        return None
+    try:
+        return bytes.fromhex(text)
+    except ValueError:
+        return None
 
 
 class _Worker:
@@ -82,13 +93,14 @@ class _Worker:
                           group_id=body.get("group_id"), group_index=index)
 
         data = body.get("data")
-        data = data if valid_data_address(data) else None
+        token = _token(body.get("data_key"))
+        data = data if valid_data_address(data) and token is not None else None
         envelope = encode_envelope("delta", rid, {"i": index})
 
         def send_delta(d: EpisodeDelta, frames: list[Any]) -> None:
             # zmq.Again: the streamer retries later.
             if data is not None:
-                self.direct.send(data, [envelope, *frames])
+                self.direct.send(data, [token, envelope, *frames])
             else:
                 self.io.send([job_frame(job, JobKind.DELTA), envelope, *frames])
 
@@ -104,10 +116,11 @@ class _Worker:
             episode.add_error(type(exc).__name__, str(exc), phase="runner")
         finally:
             await streamer.finish()
-        await self.reply(job, rid, index, streamer, bool(body.get("keep_frames", False)), data)
+        await self.reply(job, rid, index, streamer, bool(body.get("keep_frames", False)), data,
+                         token)
 
     async def reply(self, job: int, rid: str, index: int, streamer: EpisodeStreamer,
-                    keep_frames: bool, data: str | None) -> None:
+                    keep_frames: bool, data: str | None, token: bytes | None) -> None:
         episode = streamer.episode
         body: dict[str, Any] = {
             "i": index,
@@ -131,7 +144,7 @@ class _Worker:
             await self.send([job_frame(job, JobKind.REPLY), *message])
             return
         # A client slow to read makes this wait; the broker's run timeout bounds it.
-        await send_retry(functools.partial(self.direct.send, data), message)
+        await send_retry(functools.partial(self.direct.send, data), [token, *message])
         await self.send([job_frame(job, JobKind.DONE), encode_envelope("done", rid)])
 
     def start_job(self, job: int, rid: str, body: dict[str, Any]) -> None:
@@ -185,6 +198,10 @@ async def serve_worker(cfg: WorkerConfig, context: zmq.Context[Any] | None = Non
     sock = ctx.socket(zmq.DEALER)
     sock.setsockopt(zmq.LINGER, 2000)
     sock.setsockopt(zmq.ROUTING_ID, cfg.worker_id.encode())
+    if cfg.secret_key:
+        sock.curve_secretkey = cfg.secret_key.encode()
+        sock.curve_publickey = cfg.public_key.encode()
+        sock.curve_serverkey = cfg.server_key.encode()
     sock.connect(cfg.endpoint)
     try:
         try:
@@ -216,12 +233,23 @@ async def serve_worker(cfg: WorkerConfig, context: zmq.Context[Any] | None = Non
             ctx.term()
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Entry point of a worker process; ``argv[0]`` is the JSON :class:`WorkerConfig`."""
-    args = sys.argv[1:] if argv is None else argv
+def read_config(fd: int = 0) -> WorkerConfig:
+    """Read the JSON :class:`WorkerConfig` from ``fd`` to its end, then point ``fd`` at
+    /dev/null, so programs the runner starts do not inherit the channel."""
+    chunks = []
+    while chunk := os.read(fd, 1 << 16):
+        chunks.append(chunk)
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, fd)
+    os.close(null)
+    return msgspec.json.decode(b"".join(chunks), type=WorkerConfig)
+
+
+def main() -> int:
+    """Entry point of a worker process: its configuration comes on standard input."""
     logging.basicConfig(level=os.environ.get("TRACEWIRE_LOG", "WARNING"),
                         format="%(asctime)s worker %(process)d %(levelname)s %(message)s")
-    cfg = msgspec.json.decode(args[0], type=WorkerConfig)
+    cfg = read_config()
     tune_allocator()
     return asyncio.run(serve_worker(cfg))
 

@@ -27,17 +27,18 @@ def _content(ids: list[int], lps: list[float]) -> list[dict[str, Any]]:
             for i, lp in zip(ids, lps, strict=True)]
 
 
-def chat_reply(model: str, prompt: list[int], parsed: ParsedCompletion, gen: Generation
-               ) -> dict[str, Any]:
-    """The ``chat.completion`` for one turn: the prompt ids sent and the sampled ids with
-    their logprobs."""
+def chat_reply(model: str, prompt: list[int], parsed: ParsedCompletion, gen: Generation,
+               *, logprobs: bool = True) -> dict[str, Any]:
+    """The ``chat.completion`` for one turn: the prompt ids sent and the sampled ids, with
+    their logprobs as ``logprobs.content`` unless ``logprobs`` is false (then null)."""
     return {
         "id": "chatcmpl-" + uuid.uuid4().hex, "object": "chat.completion",
         "created": int(time.time()), "model": model,
         "prompt_token_ids": prompt,
         "choices": [{"index": 0, "message": parsed.as_message(),
                      "finish_reason": finish_of(gen, parsed), "token_ids": gen.ids,
-                     "logprobs": {"content": _content(gen.ids, gen.logprobs)}}],
+                     "logprobs": {"content": _content(gen.ids, gen.logprobs)}
+                     if logprobs else None}],
         "usage": {"prompt_tokens": len(prompt), "completion_tokens": len(gen.ids),
                   "total_tokens": len(prompt) + len(gen.ids)},
     }

@@ -247,10 +247,10 @@ def _refine(r: NDArray[np.int64], r0: int, r1: int, c: NDArray[np.int64], c0: in
 def mismatch_report(builder: PromptBuilder, recorded: Sequence[int] | NDArray[Any],
                     sampled: Sequence[bool] | NDArray[Any],
                     messages: Sequence[dict[str, Any]], tools: Sequence[Any] | None = None,
-                    *, max_examples: int = 1000) -> MismatchReport:
+                    *, max_examples: int = 1000, cut: bool = False) -> MismatchReport:
     """Compare ``recorded`` ids (``sampled[i]`` true where the model sampled id ``i``) with a
     canonical render of ``messages`` (the branch's whole conversation, no generation
-    prompt)."""
+    prompt). ``cut``: the branch's last turn stopped by length (no close token sampled)."""
     if len(sampled) != len(recorded):
         raise ValueError("sampled mask and recorded ids differ in length")
     tok = builder.tok
@@ -265,6 +265,13 @@ def mismatch_report(builder: PromptBuilder, recorded: Sequence[int] | NDArray[An
         # The template closes the last turn with its junction; a branch ends at the
         # sampled close token. Not a difference.
         canon = canon[:-nj]
+    stop_ids = np.asarray(builder.family.stop_ids, dtype=np.int64)
+    if cut and len(rec) and mask[-1] and len(canon) and not np.isin(rec[-1], stop_ids) \
+            and np.isin(canon[-1], stop_ids):
+        # The last turn was cut by length: the model never sampled its close token, which
+        # the canonical render adds. Not a difference either (a later turn that extends it
+        # gets the close token as a prompt token, and is compared as usual).
+        canon = canon[:-1]
     special_ids = {v: k for k, v in tok.special.items()}
     is_special = np.zeros(max(tok.vocab_size, *special_ids, 0) + 1, dtype=bool)
     is_special[list(special_ids)] = True

@@ -54,6 +54,8 @@ def session_report(builder: PromptBuilder, trace: Trace, tools: Any = None, *,
     by_kind: Counter[str] = Counter()
     mismatch = rec = canon = n = 0
     leaves = [i for i in trace.leaves() if trace.nodes[i].sampled][-max_branches:]
+    # A leaf whose turn stopped by length ends without the close token its render adds.
+    cut = {c.node for c in trace.calls if c.node is not None and c.finish_reason == "length"}
     for leaf in leaves:
         br = trace.branch(leaf)
         if not all(trace.nodes[i].has_tokens for i in br.nodes) or not len(br):
@@ -62,7 +64,7 @@ def session_report(builder: PromptBuilder, trace: Trace, tools: Any = None, *,
         used = tools_of(br.ids) if tools_of is not None else None
         with _one_at_a_time:
             rep = mismatch_report(builder, br.ids, br.mask, msgs,
-                                  used if used is not None else tools)
+                                  used if used is not None else tools, cut=leaf in cut)
         by_kind.update(rep.by_kind)
         mismatch += rep.mismatch
         rec += rep.recorded_tokens

@@ -217,8 +217,8 @@ class TokenUpstream(Upstream):
         async with self._lock:
             self.session.commit(plan, parsed.as_message(), gen.ids, gen.ended_by_stop)
 
-    def _decode(self, status: int, raw: bytes, params: SamplingParams, plan: Plan
-                ) -> tuple[Generation, ParsedCompletion, dict[str, Any]]:
+    def _decode(self, status: int, raw: bytes, params: SamplingParams, plan: Plan,
+                logprobs: bool = True) -> tuple[Generation, ParsedCompletion, dict[str, Any]]:
         # Parse, validate (ids within the vocabulary, no more than asked for), detokenize
         # and build the answer: in a worker thread when the reply is big.
         gen = decode_response(self.api, reply_json(status, raw), stop_ids=params.stop_ids)
@@ -226,7 +226,8 @@ class TokenUpstream(Upstream):
                   max_tokens=params.max_tokens)
         parsed = parse_completion(self.builder.tok.decode(gen.ids), self.builder.family,
                                   think_opened=self._think_opened(plan))
-        return gen, parsed, chat_reply(self.model, plan.prompt_ids, parsed, gen)
+        return gen, parsed, chat_reply(self.model, plan.prompt_ids, parsed, gen,
+                                       logprobs=logprobs)
 
     async def _ask_whole(self, body: dict[str, Any], request: UpstreamRequest
                          ) -> tuple[Plan, Generation, ParsedCompletion, dict[str, Any]]:
@@ -236,7 +237,7 @@ class TokenUpstream(Upstream):
                                  stream=False)
         status, raw = await self._post(payload, params)
         gen, parsed, reply = await self.offload(len(raw), self._decode, status, raw, params,
-                                                plan)
+                                                plan, request.want_logprobs)
         await self._commit(plan, parsed, gen, request)
         return plan, gen, parsed, reply
 
@@ -246,11 +247,12 @@ class TokenUpstream(Upstream):
         """One non-streamed turn (see module docstring)."""
         _, gen, _, reply = await self._ask_whole(request.body(), request)
         raw = None
-        if len(gen.ids) * 64 > self.thread_threshold_bytes:
+        if len(gen.ids) * 8 > self.thread_threshold_bytes:
             # A big answer goes with its bytes (they equal ``reply``): the proxy sizes its
             # work by them and reads the answer in a worker thread, off the event loop.
             raw = await asyncio.to_thread(orjson.dumps, reply)
-        return UpstreamReply(reply, raw, None)
+        return UpstreamReply(reply, raw, None,
+                             logprobs=None if request.want_logprobs else gen.logprobs)
 
     async def _post(self, payload: dict[str, Any], params: SamplingParams
                     ) -> tuple[int, bytes]:
