@@ -20,7 +20,7 @@ DOC = ROOT / "docs" / "ARCHITECTURE.md"
 
 #: Modules at the package root that every part may use (they import nothing of ours
 #: but each other).
-SHARED = {"_command", "_errors", "_memory", "_diagnostics", "_version", "_wire_errors"}
+SHARED = {"_children", "_command", "_errors", "_memory", "_diagnostics", "_version", "_wire_errors"}
 #: The package root and the command line: they wire everything, so they may import any part
 #: (but only its public names: the command line takes each part's public command object).
 TOP = {"__init__", "__main__", "cli"}

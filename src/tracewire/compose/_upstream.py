@@ -12,6 +12,7 @@ from typing import IO
 
 import aiohttp
 
+from .._children import die_with_parent
 from .._errors import EnvError, UpstreamError
 from ..model import MODEL_NAME
 
@@ -71,8 +72,9 @@ async def builtin_model(seed: int, max_model_len: int | None = None) -> AsyncIte
         argv += ["--max-model-len", str(max_model_len)]
     # stderr goes to a file, not a pipe nobody drains (a chatty child would block on it).
     errfile = await asyncio.to_thread(tempfile.TemporaryFile)
+    # die_with_parent: an eval that is SIGKILLed leaves no model server behind.
     proc = await asyncio.create_subprocess_exec(
-        *argv, stdout=asyncio.subprocess.PIPE, stderr=errfile
+        *argv, stdout=asyncio.subprocess.PIPE, stderr=errfile, preexec_fn=die_with_parent
     )
     try:
         assert proc.stdout is not None

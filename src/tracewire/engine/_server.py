@@ -17,6 +17,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO
 
+from .._children import die_with_parent
 from .._errors import EngineError
 from ._build import find_llama_server
 from ._cache import usable_cpus
@@ -128,8 +129,10 @@ class LlamaServer:
         try:
             # Its own session: a Ctrl-C at the terminal reaches the parent, which stops the
             # engine when it is done with it (an eval finishes its in-flight turns first).
+            # die_with_parent: a SIGKILLed parent (no stop, no atexit) still ends it.
             self.process = subprocess.Popen(self.argv(), stdin=subprocess.DEVNULL, stdout=out,
-                                            stderr=subprocess.STDOUT, start_new_session=True)
+                                            stderr=subprocess.STDOUT, start_new_session=True,
+                                            preexec_fn=die_with_parent)
         except OSError as exc:
             raise EngineError(f"cannot run {self.binary}: {exc.strerror}") from exc
         # A safety net for a caller that never stops it: at exit (or when this object is
