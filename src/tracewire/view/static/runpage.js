@@ -203,8 +203,11 @@ export async function renderRun(app, params) {
       indexRows = d.index_rows;
       document.querySelector("[data-testid=run-count]").textContent = fmtNum(indexRows);
       loadTable(); loadPlots();
-    } else if (stepsSig !== null && sig !== stepsSig) {
-      loadPlots();  // `tracewire train` wrote a step summary
+    } else if (stepsSig === null || sig !== stepsSig) {
+      // `tracewire train` wrote a step summary; on the first event the plots are reloaded
+      // once, since a step written between their first load and this event has no older
+      // signature to differ from.
+      loadPlots();
     }
     stepsSig = sig;
   });
