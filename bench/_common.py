@@ -57,3 +57,62 @@ def emit(
         ),
         flush=True,
     )
+
+
+def serve_clock(conn: Any) -> None:
+    """Answer each message on ``conn`` with this process's CPU seconds so far (a thread that
+    sleeps in recv between questions; /proc's 10 ms ticks are too coarse for one turn)."""
+    import threading
+
+    def run() -> None:
+        while True:
+            try:
+                conn.recv()
+            except EOFError:
+                return
+            conn.send(time.process_time())
+
+    threading.Thread(target=run, daemon=True).start()
+
+
+def read_clock(conn: Any | None) -> float:
+    """The CPU seconds of the process serving ``conn`` (see :func:`serve_clock`); 0 for None."""
+    if conn is None:
+        return 0.0
+    conn.send(None)
+    return float(conn.recv())
+
+
+async def serve_app(app: Any) -> str:
+    """Serve the aiohttp ``app`` on 127.0.0.1 (a free port); returns ``http://HOST:PORT``."""
+    from aiohttp import web
+
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    return f"http://127.0.0.1:{runner.addresses[0][1]}"
+
+
+def pass_through(target: str, route: str) -> Any:
+    """The floor: a bare aiohttp pass-through that POSTs what ``route`` receives to
+    ``target`` and answers with its body (same server and client stack as the proxy, nothing
+    parsed, added or recorded): what any aiohttp-based proxy pays per turn."""
+    import aiohttp
+    from aiohttp import web
+
+    client: list[aiohttp.ClientSession] = []
+
+    async def start(_app: web.Application) -> None:
+        client.append(aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)))
+
+    async def forward(request: web.Request) -> web.Response:
+        body = await request.read()
+        async with client[0].post(target, data=body,
+                                  headers={"Content-Type": "application/json"}) as r:
+            return web.Response(body=await r.read(), status=r.status,
+                                content_type="application/json")
+
+    app = web.Application(client_max_size=1 << 30)
+    app.on_startup.append(start)
+    app.router.add_post(route, forward)
+    return app

@@ -34,7 +34,6 @@ import socket
 import statistics
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -44,7 +43,7 @@ import orjson
 from aiohttp import web
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _common import emit
+from _common import emit, pass_through, read_clock, serve_app, serve_clock
 
 MAX_TOKENS = 64
 SAMPLING = {"temperature": 0.8, "top_p": 0.95, "top_k": 40, "logit_bias": {"2": -100}}
@@ -89,19 +88,6 @@ def _start_engine(binary: Path, gguf: Path) -> tuple[subprocess.Popen[bytes], st
     raise SystemExit("llama-server did not become healthy")
 
 
-def _serve_clock(conn: Any) -> None:
-    """Answer each message on ``conn`` with this process's CPU seconds so far."""
-    def run() -> None:
-        while True:
-            try:
-                conn.recv()
-            except EOFError:
-                return
-            conn.send(time.process_time())
-
-    threading.Thread(target=run, daemon=True).start()
-
-
 def _proxy_main(engine: str, gguf: str, q: Any, clock: Any) -> None:
     from tracewire.compose import make_upstream
     from tracewire.proxy import Proxy, ProxyConfig
@@ -110,7 +96,7 @@ def _proxy_main(engine: str, gguf: str, q: Any, clock: Any) -> None:
         up = make_upstream(engine, ProxyConfig(tokenizer=gguf, upstream_api="llamacpp"),
                            model="smollm2")
         gc.freeze()
-        _serve_clock(clock)
+        serve_clock(clock)
         async with Proxy(up, session_api=False) as p:
             s = p.create_session()
             q.put((s.base_url, s.secret))
@@ -121,24 +107,10 @@ def _proxy_main(engine: str, gguf: str, q: Any, clock: Any) -> None:
 
 def _floor_main(engine: str, q: Any, clock: Any) -> None:
     gc.freeze()
-    _serve_clock(clock)
+    serve_clock(clock)
 
     async def main() -> None:
-        client = aiohttp.ClientSession()
-
-        async def forward(request: web.Request) -> web.Response:
-            body = await request.read()
-            async with client.post(engine + "/completion", data=body,
-                                   headers={"Content-Type": "application/json"}) as r:
-                return web.Response(body=await r.read(), status=r.status,
-                                    content_type="application/json")
-
-        app = web.Application(client_max_size=1 << 28)
-        app.router.add_post("/completion", forward)
-        runner = web.AppRunner(app, access_log=None)
-        await runner.setup()
-        await web.TCPSite(runner, "127.0.0.1", 0).start()
-        q.put(f"http://127.0.0.1:{runner.addresses[0][1]}")
+        q.put(await serve_app(pass_through(engine + "/completion", "/completion")))
         await asyncio.Event().wait()
 
     asyncio.run(main())
@@ -160,13 +132,13 @@ async def _timed(http: aiohttp.ClientSession, engine: str, url: str, body: bytes
     """One call: wall seconds, the engine's seconds and tokens (metrics deltas), the CPU
     seconds of the process behind ``clock`` and the JSON answer."""
     m0 = await _metrics(http, engine)
-    c0 = _clock(clock)
+    c0 = read_clock(clock)
     t0 = time.perf_counter()
     async with http.post(url, data=body, headers=headers) as r:
         raw = await r.read()
         assert r.status == 200, raw[:300]
     wall = time.perf_counter() - t0
-    c1 = _clock(clock)
+    c1 = read_clock(clock)
     for _ in range(50):  # the server books a request's seconds when its slot is released
         m1 = await _metrics(http, engine)
         if m1["tokens_predicted_total"] > m0["tokens_predicted_total"]:
@@ -177,13 +149,6 @@ async def _timed(http: aiohttp.ClientSession, engine: str, url: str, body: bytes
     engine_s = d["prompt_seconds_total"] + d["tokens_predicted_seconds_total"]
     return {"wall": wall, "engine": engine_s, "gen_s": d["tokens_predicted_seconds_total"],
             "gen_n": d["tokens_predicted_total"], "cpu": c1 - c0, "data": orjson.loads(raw)}
-
-
-def _clock(conn: Any | None) -> float:
-    if conn is None:
-        return 0.0
-    conn.send(None)
-    return float(conn.recv())
 
 
 async def per_turn(engine: str, gguf: Path, turns: int) -> None:

@@ -28,11 +28,15 @@ import os
 import statistics
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import aiohttp
 import orjson
 from aiohttp import web
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _common import pass_through, read_clock, serve_app, serve_clock
 
 ROLES = {"system": 10, "user": 11, "assistant": 12, "tool": 13}
 # JSON text of each message's rendered ids, memoized: a real server's prompt work is on its
@@ -104,27 +108,11 @@ def _upstream_main(q: Any) -> None:
     asyncio.run(main())
 
 
-def _serve_clock(conn: Any) -> None:
-    """Answer each message on ``conn`` with this process's CPU seconds so far (a thread that
-    sleeps in recv between questions; /proc's 10 ms ticks are too coarse for one turn)."""
-    import threading
-
-    def run() -> None:
-        while True:
-            try:
-                conn.recv()
-            except EOFError:
-                return
-            conn.send(time.process_time())
-
-    threading.Thread(target=run, daemon=True).start()
-
-
 def _proxy_main(upstream: str, n: int, q: Any, clock: Any) -> None:
     from tracewire.proxy import Proxy
 
     gc.freeze()  # this process stands for `tracewire proxy`, which freezes after imports
-    _serve_clock(clock)
+    serve_clock(clock)
 
     async def main() -> None:
         async with Proxy(upstream, session_api=False) as p:
@@ -139,24 +127,11 @@ def _floor_main(upstream: str, q: Any, clock: Any) -> None:
     nothing parsed, added or recorded). What any aiohttp-based proxy pays per turn."""
     _tune()  # as the proxy does (ProxyConfig.tune_memory), so the floor is a floor
     gc.freeze()
-    _serve_clock(clock)
+    serve_clock(clock)
 
     async def main() -> None:
-        client = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
-
-        async def forward(request: web.Request) -> web.Response:
-            body = await request.read()
-            async with client.post(upstream + "/chat/completions", data=body,
-                                   headers={"Content-Type": "application/json"}) as r:
-                return web.Response(body=await r.read(), status=r.status,
-                                    content_type="application/json")
-
-        app = web.Application(client_max_size=1 << 30)
-        app.router.add_post("/v1/chat/completions", forward)
-        runner = web.AppRunner(app, access_log=None)
-        await runner.setup()
-        await web.TCPSite(runner, "127.0.0.1", 0).start()
-        q.put(f"http://127.0.0.1:{runner.addresses[0][1]}/v1")
+        url = await serve_app(pass_through(upstream + "/chat/completions", "/v1/chat/completions"))
+        q.put(url + "/v1")
         await asyncio.Event().wait()
 
     asyncio.run(main())
@@ -214,7 +189,7 @@ async def _one_session(url: str, secret: str, upstream: str, turns: int, clock: 
     turn's commit, which runs after its answer, is counted)."""
     cost: dict[int, float] = {}
     cpu: dict[int, float] = {}
-    last = _clock(clock)
+    last = read_clock(clock)
     msgs: list[dict[str, Any]] = [{"role": "system", "content": "bench " * 20}]
     up = upstream + "/chat/completions"
     async with aiohttp.ClientSession() as c:
@@ -226,15 +201,10 @@ async def _one_session(url: str, secret: str, upstream: str, turns: int, clock: 
                                        ) if token_fields else body
             prox = await _post(c, url + "/chat/completions", body, secret)
             cost[k] = prox - min([await _post(c, up, direct_body, "x") for _ in range(2)])
-            now = _clock(clock)
+            now = read_clock(clock)
             cpu[k], last = (now - last) * 1000, now
             msgs.append({"role": "assistant", "content": f"ok {len(msgs)}"})
     return cost, cpu
-
-
-def _clock(conn: Any) -> float:
-    conn.send(None)
-    return float(conn.recv())
 
 
 def _line(case: str, metric: str, ours: float, runs: int, baseline: float | None = None,
@@ -253,12 +223,12 @@ async def _measure(upstream: str, floor: str, sessions: list[tuple[str, str]],
     await _load(sessions[:64], 500, 1.0, False)
     await _load(floor_targets, 500, 1.0, False)
     d_lat = await _load(direct_targets, 500, seconds, True)
-    c0 = _clock(pclock)
+    c0 = read_clock(pclock)
     p_lat = await _load(sessions[:64], 500, seconds, False)
-    c1 = _clock(pclock)
-    f0 = _clock(fclock)
+    c1 = read_clock(pclock)
+    f0 = read_clock(fclock)
     f_lat = await _load(floor_targets, 500, seconds, False)
-    f1 = _clock(fclock)
+    f1 = read_clock(fclock)
     fd_lat = await _load(direct_targets, 500, seconds, False)
     n = min(len(d_lat), len(p_lat))
     _line("overhead_64_sessions", "overhead_p50_ms",

@@ -38,6 +38,9 @@ import aiohttp
 import orjson
 from aiohttp import web
 
+sys.path.insert(0, str(Path(__file__).parent))
+from _common import serve_app
+
 TOKEN = "tws-bench"
 BIG = 200_000
 ANSWER = "The answer to {t} plus {t} is {s}; Paris is sunny at 21 degrees, Berlin rains. "
@@ -83,10 +86,7 @@ def _upstream_main(tok_dir: str, q: Any) -> None:
     async def main() -> None:
         app = web.Application(client_max_size=1 << 28)
         app.router.add_post("/v1/completions", handle)
-        runner = web.AppRunner(app, access_log=None)
-        await runner.setup()
-        await web.TCPSite(runner, "127.0.0.1", 0).start()
-        q.put(f"http://127.0.0.1:{runner.addresses[0][1]}/v1")
+        q.put(await serve_app(app) + "/v1")
         await asyncio.Event().wait()
 
     asyncio.run(main())
@@ -101,13 +101,6 @@ def _proxy_main(upstream: str, tok_dir: str, q: Any) -> None:
     gc.freeze()  # as `tracewire proxy` does after its imports
 
     async def main() -> None:
-        import os
-        if os.environ.get("TW_DEBUG_SLOW"):
-            import logging
-            logging.basicConfig(level=logging.WARNING)
-            loop = asyncio.get_running_loop()
-            loop.set_debug(True)
-            loop.slow_callback_duration = 0.03
         cfg = ProxyConfig(tokenizer=tok_dir, session_token=TOKEN)
         up = make_upstream(upstream, cfg, model="m")
         async with Proxy(up, config=cfg) as p:
