@@ -16,7 +16,7 @@ from ..trace import message_digest
 from ._graph import NewMessage, Outcome, RequestCache, raw_hash
 from ._http import BadRequest, sse
 from ._rawjson import SENTINEL_JSON, RawSpan, find_value, render, skip_ws, skip_ws_back
-from ._upstream import strip_added
+from ._reply import strip_added
 from ._validate import check_depth, checked_message, fail, load_json, type_name
 
 __all__ = ["SAMPLING_KEYS", "Adapter", "ChatAdapter", "HarnessRequest", "Spliced", "Streamer"]

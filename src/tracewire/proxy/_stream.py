@@ -11,8 +11,8 @@ from aiohttp import web
 
 from .._errors import UpstreamError
 from ._http import error_response, sse_error
+from ._reply import StreamAccumulator
 from ._turn import Turn
-from ._upstream import StreamAccumulator
 from ._upstream_api import StreamChunk
 
 __all__ = ["relay_stream"]

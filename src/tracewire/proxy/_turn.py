@@ -25,8 +25,8 @@ from ._graph import Outcome, Prepared, RequestCache
 from ._http import BadRequest, error_response
 from ._prompt import PromptIds, parse_full, parse_tail
 from ._rawjson import RawSpan
+from ._reply import outcome_of
 from ._session import Session
-from ._upstream import outcome_of
 from ._upstream_api import TurnContext, Upstream, UpstreamRequest
 from ._validate import load_json
 
