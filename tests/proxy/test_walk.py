@@ -107,7 +107,7 @@ def handovers(entries: list[Entry], module: str, caller: str | None) -> list[str
     return [e.function for e in entries if e.module == module and e.caller == caller]
 
 
-async def walk_turn(proxy: Proxy, turns: int) -> list[Entry]:
+async def walk_turn(proxy: Proxy, turns: int, *, stream: bool = False) -> list[Entry]:
     """Run ``turns`` chat turns of one session; returns the entries of the last one, from
     the request leaving the harness to the turn being on the trace."""
     s = proxy.create_session()
@@ -118,14 +118,21 @@ async def walk_turn(proxy: Proxy, turns: int) -> list[Entry]:
         for k in range(turns):
             last = k == turns - 1
             with recording() if last else _nothing() as entries:
-                r = await client.chat.completions.create(
-                    model="m", messages=messages)  # type: ignore[arg-type]
+                if stream:
+                    text = ""
+                    async for chunk in await client.chat.completions.create(
+                            model="m", messages=messages, stream=True):  # type: ignore[arg-type]
+                        text += "".join(ch.delta.content or "" for ch in chunk.choices)
+                else:
+                    r = await client.chat.completions.create(
+                        model="m", messages=messages)  # type: ignore[arg-type]
+                    text = r.choices[0].message.content or ""
                 for _ in range(200):  # the commit runs on the loop's next pass
                     if len(s.trace.calls) == k + 1:
                         break
                     await asyncio.sleep(0.005)
             assert len(s.trace.calls) == k + 1 and s.trace.calls[-1].node is not None
-            messages += [{"role": "assistant", "content": r.choices[0].message.content},
+            messages += [{"role": "assistant", "content": text},
                          {"role": "user", "content": f"again {k}"}]
     finally:
         await client.close()
@@ -155,6 +162,16 @@ async def test_a_chat_turn_enters_each_step_once_in_order(proxy: Proxy, turns: i
     assert handovers(entries, APP, None) == ["Proxy._handler.<locals>.handle"]
     assert handovers(entries, PIPELINE, APP) == ["TurnPipeline.run"]
     assert handovers(entries, PIPELINE, None) == ["TurnPipeline._commit_soon"]
+
+
+async def test_a_streamed_turn_never_calls_back_into_the_app(proxy: Proxy) -> None:
+    # A stream asks, reads and renders per chunk inside _stream, so only the callback
+    # rule applies to it (the order check is for unary turns).
+    entries = await walk_turn(proxy, 2, stream=True)
+    _, problems = check(entries)
+    assert [p for p in problems if "calls back" in p] == []
+    assert handovers(entries, PIPELINE, APP) == ["TurnPipeline.run"]
+    assert "StreamRelay.relay" in handovers(entries, "tracewire.proxy._stream", PIPELINE)
 
 
 async def test_a_step_calling_back_into_the_app_fails_the_walk(
