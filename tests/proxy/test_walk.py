@@ -20,7 +20,7 @@ import types
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import openai
 import pytest
@@ -121,11 +121,11 @@ async def walk_turn(proxy: Proxy, turns: int, *, stream: bool = False) -> list[E
                 if stream:
                     text = ""
                     async for chunk in await client.chat.completions.create(
-                            model="m", messages=messages, stream=True):  # type: ignore[arg-type]
+                            model="m", messages=cast(Any, messages), stream=True):
                         text += "".join(ch.delta.content or "" for ch in chunk.choices)
                 else:
                     r = await client.chat.completions.create(
-                        model="m", messages=messages)  # type: ignore[arg-type]
+                        model="m", messages=cast(Any, messages))
                     text = r.choices[0].message.content or ""
                 for _ in range(200):  # the commit runs on the loop's next pass
                     if len(s.trace.calls) == k + 1:
@@ -193,9 +193,9 @@ async def test_a_step_calling_back_into_the_app_fails_the_walk(
 async def test_a_sideways_hop_between_steps_fails_the_walk(
         proxy: Proxy, monkeypatch: pytest.MonkeyPatch) -> None:
     # A deliberate hop: the render step asks the parse step's module for something.
-    from tracewire.proxy import _dialect, _render
+    from tracewire.proxy import _dialect, _rawjson, _render
 
-    real = _render.render
+    real = _rawjson.render
 
     def render_and_parse(d: dict[str, Any], span: Any) -> bytes:
         _dialect.parse_chat_bytes(b'{"messages": []}')
