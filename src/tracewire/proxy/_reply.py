@@ -1,4 +1,5 @@
-"""Reading token ids, logprobs and messages out of upstream chat-completion replies.
+"""The read step of a turn: token ids, logprobs and messages out of upstream
+chat-completion replies, into the turn's :class:`Outcome`.
 
 Understands vLLM (``prompt_token_ids``, ``choices[i].token_ids``, ``logprobs.content``,
 ``token_id:N`` tokens) and SGLang (``choices[i].meta_info.output_token_logprobs`` =
@@ -79,7 +80,7 @@ def _full_prompt(d: dict[str, Any]) -> PromptIds | None:
 
 def outcome_of(d: dict[str, Any], split: bool = False) -> Outcome:
     """The :class:`Outcome` of a non-streamed chat completion. With ``split`` (``d`` came
-    from :func:`loads_split` with a span) the prompt is left for the caller to read."""
+    from ``_prompt_cut.loads_split`` with a span) the prompt is left for the caller to read."""
     out = Outcome(model=str(d.get("model") or ""), prompt=None if split else _full_prompt(d))
     for i, ch in enumerate(d.get("choices") or ()):
         msg = ch.get("message") or {}
