@@ -265,6 +265,27 @@ def _diff_payload(a: bytes, b: bytes) -> list[str]:
     return _cap(out) or [f"same tensors, other bytes (header layout): {_bytes_diff(a, b)}"]
 
 
+def _diff_scrubbed(a: bytes, b: bytes) -> list[str]:
+    ra, rb = msgspec.msgpack.decode(a), msgspec.msgpack.decode(b)
+    out = [f"{len(ra)} records in golden, {len(rb)} now"] if len(ra) != len(rb) else []
+    for i, (x, y) in enumerate(zip(ra, rb, strict=False)):
+        lines: list[str] = []
+        if x[0] != y[0]:
+            lines.append(f"schema: {x[0]} != {y[0]}")
+        lines += tree_diff(x[1], y[1], "header")
+        refs = {r[0]: r for r in _array_refs(y[1])}
+        if len(x[2]) != len(y[2]):
+            lines.append(f"buffers: {len(x[2])} in golden, {len(y[2])} now")
+        for j, (p, q) in enumerate(zip(x[2], y[2], strict=False)):
+            if p != q:
+                ref = refs.get(j)
+                where = f"buffer {j}" + (f" ({ref[1]}, {ref[2]}{tuple(ref[3])})" if ref else "")
+                lines.append(_buffer_diff(p, q, where, ref[2] if ref else None))
+        label = f" (task {x[1].get('task_key')!r})" if isinstance(x[1], dict) else ""
+        out += [f"record {i}{label}: {line}" for line in _cap(lines)]
+    return out
+
+
 def describe(name: str, a: bytes, b: bytes) -> list[str]:
     """Readable differences of corpus file ``name`` (golden ``a``, now ``b``)."""
     try:
@@ -272,6 +293,8 @@ def describe(name: str, a: bytes, b: bytes) -> list[str]:
             lines = _diff_segment(a, b)
         elif name.endswith("index.json"):
             lines = _diff_index(a, b)
+        elif name.endswith("records.msgpack"):
+            lines = _diff_scrubbed(a, b)
         elif name.endswith(".msgs"):
             lines = _diff_messages(a, b)
         elif name.endswith(".safetensors"):

@@ -10,8 +10,10 @@ and nothing else: no record, frame or payload is rewritten or dropped afterwards
 come out 0 (every ``time.time()`` is :data:`T0`); ``time.monotonic``/``perf_counter`` (which
 asyncio, timeouts and pacing use) are left alone, and no recorded field reads them.
 
-Ids come from one ``random.Random`` per *stream*, re-seeded by :func:`reseed` at the start of
-each corpus case, so adding a case or a stray id call in one case never shifts another.
+Ids come from a ``random.Random`` re-seeded by :func:`reseed` right before each corpus case
+runs (after its model server is up), so adding a case or a stray id call in one case never
+shifts another; secrets draw from a second one. The generator imports every library first,
+so no import-time id draw lands inside a case.
 """
 
 from __future__ import annotations
@@ -30,6 +32,9 @@ T0 = 1_767_225_600.0
 
 _lock = threading.Lock()
 _rng = random.Random(0)
+#: Secrets (session secrets, worker ids, a module's import-time sentinel) are never
+#: recorded: their own stream, so code that draws one more or one fewer shifts no id.
+_secret_rng = random.Random(0)
 _installed = False
 
 
@@ -49,7 +54,7 @@ def _uuid4() -> uuid.UUID:
 
 def _token_bytes(nbytes: int | None = None) -> bytes:
     with _lock:
-        return _rng.randbytes(32 if nbytes is None else nbytes)
+        return _secret_rng.randbytes(32 if nbytes is None else nbytes)
 
 
 def reseed(label: str) -> None:
@@ -57,6 +62,7 @@ def reseed(label: str) -> None:
     seed = int.from_bytes(hashlib.blake2b(label.encode(), digest_size=8).digest(), "little")
     with _lock:
         _rng.seed(seed)
+        _secret_rng.seed(seed ^ 0x5EC2E7)
 
 
 def install() -> None:

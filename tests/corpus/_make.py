@@ -14,7 +14,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import re
 import sqlite3
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -67,11 +69,91 @@ async def eval_records(work: Path, out: Corpus) -> None:
     from tracewire.model import ModelServer
 
     for case, env, seed, n, r in EVAL_CASES:
-        det.reseed(f"records/{case}")
         model = ModelServer.run_in_thread(seed=seed)
         try:
+            det.reseed(f"records/{case}")
             result = await evaluate(env, base_url=model.base_url, n=n, r=r, seed=seed,
                                     concurrency=1, out=work / case)
+        finally:
+            model.stop()
+        if result.status != "complete":
+            raise RuntimeError(f"{case}: eval ended {result.status} ({result.reason})")
+        run_files(f"records/{case}", work / case, out)
+
+
+#: (case, environment, seed, tasks, tokenizer family, token-in API): the proxy answering
+#: token-in/token-out through tito over the built-in model serving that fixture tokenizer.
+TITO_CASES = [
+    ("tito-tools-qwen25", "tools", 0, 2, "qwen25", "completions"),
+    ("tito-guess-llama3", "guess", 1, 1, "llama3", "generate"),
+]
+
+
+#: The ``command`` environment's agent is a subprocess: its pid, the interpreter's path and
+#: the random workdir name are recorded in ``trace.info["command"]``. Those three, and the
+#: index columns computed from the header bytes (``crc``, ``row_crc``, ``length``,
+#: ``offset``), are the only values scrubbed in the corpus; everything else of these
+#: records (every other header field, every token buffer) is compared as written.
+COMMAND_CASE = ("command-s0", "command", 0, 3)
+_SCRUBBED_COLUMNS = ("crc", "row_crc", "length", "offset")
+
+
+def _scrub(tree: Any, workdir: re.Pattern[str]) -> Any:
+    if isinstance(tree, dict):
+        out = {k: _scrub(v, workdir) for k, v in tree.items()}
+        if isinstance(out.get("command"), dict) and "pid" in out["command"]:
+            out["command"] = {**out["command"], "pid": "{pid}"}
+        return out
+    if isinstance(tree, list):
+        return [_scrub(v, workdir) for v in tree]
+    if isinstance(tree, str):
+        return workdir.sub("{workdir}", tree.replace(sys.executable, "{python}"))
+    return tree
+
+
+async def command_records(work: Path, out: Corpus) -> None:
+    from tracewire.compose import evaluate
+    from tracewire.model import ModelServer
+
+    from ._compare import split_record, split_segment
+
+    case, env, seed, n = COMMAND_CASE
+    model = ModelServer.run_in_thread(seed=seed)
+    try:
+        det.reseed(f"records/{case}")
+        result = await evaluate(env, base_url=model.base_url, n=n, seed=seed, concurrency=1,
+                                out=work / case)
+    finally:
+        model.stop()
+    if result.status != "complete":
+        raise RuntimeError(f"{case}: eval ended {result.status} ({result.reason})")
+    workdir = re.compile(re.escape(tempfile.gettempdir()) + r"/tracewire-cmd-[A-Za-z0-9_]+")
+    records = []
+    for seg in sorted((work / case / "segments").iterdir()):
+        for rec in split_segment(seg.read_bytes()):
+            schema, header, bufs = split_record(rec)
+            records.append([schema, _scrub(msgspec.msgpack.decode(header), workdir), bufs])
+    out[f"records-scrubbed/{case}/records.msgpack"] = msgspec.msgpack.encode(records)
+    rows = json.loads(index_rows(work / case))
+    for row in rows:
+        row.update(dict.fromkeys(_SCRUBBED_COLUMNS, "{scrubbed}"))
+    out[f"records-scrubbed/{case}/index.json"] = (
+        json.dumps(rows, indent=1, sort_keys=True).encode() + b"\n")
+
+
+async def tito_records(work: Path, out: Corpus) -> None:
+    from tracewire.compose import evaluate
+    from tracewire.model import ModelServer
+    from tracewire.tito.fixtures import build_tokenizer_dir
+
+    for case, env, seed, n, family, api in TITO_CASES:
+        tok = build_tokenizer_dir(work / f"tok-{family}", family)
+        model = ModelServer.run_in_thread(seed=seed, tokenizer=tok, non_canonical=0.5)
+        try:
+            det.reseed(f"records/{case}")
+            result = await evaluate(env, base_url=model.base_url, n=n, seed=seed,
+                                    concurrency=1, out=work / case, tokenizer=str(tok),
+                                    upstream_api=api)
         finally:
             model.stop()
         if result.status != "complete":
@@ -97,6 +179,57 @@ async def _chat(client: Any, model: str, stream: bool) -> None:
                      {"role": "user", "content": "And 4 * 4?"}]
 
 
+def _tool_schemas() -> list[dict[str, Any]]:
+    from tracewire.env.bundled import tools
+
+    data = Path(tools.__file__).with_name("data") / "tool_schemas.json"
+    schemas: list[dict[str, Any]] = json.loads(data.read_text("utf-8"))
+    return schemas
+
+
+async def _chat_tools(client: Any, model: str) -> None:
+    # A tool call streamed back (the built-in model learned the tools environment's turns),
+    # its result, and the streamed answer after it.
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": "You can call tools. Use a tool to compute the result, "
+                                      "then reply with 'Answer: <number>'."},
+        {"role": "user", "content": "Use the calculator to compute (12 * 7) + 5."}]
+    for turn in range(2):
+        text, calls = "", {}
+        async for chunk in await client.chat.completions.create(
+                model=model, messages=messages, tools=_tool_schemas(), max_tokens=48,
+                temperature=0.0, seed=5 + turn, stream=True,
+                stream_options={"include_usage": True}):
+            if not chunk.choices:
+                continue
+            d = chunk.choices[0].delta
+            text += d.content or ""
+            for tc in d.tool_calls or []:
+                c = calls.setdefault(tc.index, {"id": "", "name": "", "arguments": ""})
+                c["id"] += tc.id or ""
+                c["name"] += (tc.function.name or "") if tc.function else ""
+                c["arguments"] += (tc.function.arguments or "") if tc.function else ""
+        msg: dict[str, Any] = {"role": "assistant", "content": text or None}
+        if calls:
+            msg["tool_calls"] = [{"id": c["id"], "type": "function", "function": {
+                "name": c["name"], "arguments": c["arguments"]}} for c in calls.values()]
+        messages.append(msg)
+        for c in calls.values():
+            messages.append({"role": "tool", "tool_call_id": c["id"], "content": "89"})
+        if not calls:
+            messages.append({"role": "user", "content": "Check it with the calculator."})
+
+
+async def _responses_stream(client: Any, model: str) -> None:
+    items: list[Any] = [{"role": "user", "content": "Name a colour."}]
+    for _ in range(2):
+        async with client.responses.stream(model=model, input=items, max_output_tokens=10,
+                                           temperature=1.0) as s:
+            final = await s.get_final_response()
+        items += [o.model_dump(exclude_none=True) for o in final.output]
+        items.append({"role": "user", "content": "Another."})
+
+
 async def _responses(client: Any, model: str) -> None:
     first = await client.responses.create(model=model, input="Say hi.", max_output_tokens=10,
                                           temperature=1.0)
@@ -119,8 +252,9 @@ async def _messages(client: Any, model: str) -> None:
         await s.get_final_message()
 
 
-#: session case -> (which SDK, its driver)
-SDK_CASES = ["chat", "chat-stream", "responses", "anthropic"]
+#: One session each: which SDK and API, streamed or not.
+SDK_CASES = ["chat", "chat-stream", "chat-tools-stream", "responses", "responses-stream",
+             "anthropic"]
 
 
 async def sdk_records(work: Path, out: Corpus) -> None:
@@ -135,8 +269,8 @@ async def sdk_records(work: Path, out: Corpus) -> None:
     from tracewire.trace import Episode
 
     token = "tws-corpus-token"
-    det.reseed("sdk")
     model = ModelServer.run_in_thread(seed=0)
+    det.reseed("sdk")
     run = await Run.create(work / "sdk", meta={"corpus": "sdk"})
     try:
         async with Proxy(model.base_url, config=ProxyConfig(session_token=token)) as proxy, \
@@ -156,6 +290,10 @@ async def sdk_records(work: Path, out: Corpus) -> None:
                                            max_retries=0)
                     if case == "responses":
                         await _responses(o, MODEL_NAME)
+                    elif case == "responses-stream":
+                        await _responses_stream(o, MODEL_NAME)
+                    elif case == "chat-tools-stream":
+                        await _chat_tools(o, MODEL_NAME)
                     else:
                         await _chat(o, MODEL_NAME, stream=case == "chat-stream")
                     await o.close()
@@ -164,8 +302,8 @@ async def sdk_records(work: Path, out: Corpus) -> None:
                 out[f"samples/http/{case}-cut16.safetensors"] = await trainer.payload(
                     sid, max_seq_len=16, metadata={"step": 3})
                 trace = proxy.registry.get(sid).trace
-                episode = Episode(env="corpus-sdk", task_key=case, task={"case": case},
-                                  group_id=f"g-{case}", traces=[trace])
+                episode = Episode(f"sdk-{case}", env="corpus-sdk", task_key=case,
+                                  task={"case": case}, group_id=f"g-{case}", traces=[trace])
                 await run.append(episode)
                 # compute -> truncate -> merge in process, encoded with the codec.
                 out[f"samples/local/{case}.safetensors"] = encode_samples(assemble(trace))
@@ -192,7 +330,7 @@ def eval_samples(work: Path, out: Corpus) -> None:
     from tracewire.samples import assemble, encode_samples
     from tracewire.store import open_run
 
-    for case, *_ in EVAL_CASES:
+    for case, *_ in EVAL_CASES + TITO_CASES:
         run = open_run(work / case)
         for k, ep in enumerate(run.episodes()):
             for j, trace in enumerate(ep.traces):
@@ -222,7 +360,6 @@ async def wire_frames(work: Path, out: Corpus) -> None:
     from tracewire.store import Run
     from tracewire.trace import SCHEMA_VERSION
 
-    det.reseed("wire")
     server = EnvServer("standin", address="tcp://127.0.0.1:0",
                        config=ServerConfig(curve=False), pool=InlinePool())
     await server.start()
@@ -233,6 +370,7 @@ async def wire_frames(work: Path, out: Corpus) -> None:
     try:
         await server.wait_ready(timeout=60)
         sock.connect(server.address)
+        det.reseed("wire")
         for case, body in WIRE_CASES:
             det.reseed(f"wire/{case}")
             rid = f"rid-{case}"
@@ -259,11 +397,28 @@ async def wire_frames(work: Path, out: Corpus) -> None:
 
 
 # -- driving ----------------------------------------------------------------------------------
+def _import_everything() -> None:
+    # Libraries may draw an id when imported (huggingface_hub does): import them all before
+    # the first case, so where the code under test first imports one moves no id.
+    import importlib
+
+    for name in ("aiohttp", "anthropic", "openai", "zmq", "zmq.asyncio", "safetensors.numpy",
+                 "transformers", "tokenizers", "jinja2", "huggingface_hub", "tracewire",
+                 "tracewire.compose", "tracewire.env.bundled", "tracewire.model",
+                 "tracewire.proxy", "tracewire.samples", "tracewire.serve",
+                 "tracewire.sessions", "tracewire.store", "tracewire.tito",
+                 "tracewire.tito.fixtures"):
+        importlib.import_module(name)
+
+
 async def generate() -> Corpus:
+    _import_everything()
     out: Corpus = {}
     with tempfile.TemporaryDirectory(prefix="tw-corpus-") as tmp:
         work = Path(tmp)
         await eval_records(work, out)
+        await tito_records(work, out)
+        await command_records(work, out)
         eval_samples(work, out)
         await sdk_records(work, out)
         await wire_frames(work, out)
