@@ -272,12 +272,14 @@ def select_list(present: Iterable[str], columns: Iterable[str] = COLUMNS) -> str
     return ", ".join(f'"{c}"' if c in have or c == "seq" else f'NULL AS "{c}"' for c in columns)
 
 
-def insert_sql() -> str:
+def insert_sql(*, at_seq: bool = False) -> str:
     """Upsert of one row (a re-appended episode id replaces its older row), binding
-    :meth:`IndexRow.stored`."""
-    names = ", ".join(f'"{n}"' for n in stored_columns())
-    marks = ", ".join("?" for _ in stored_columns())
-    return f"INSERT OR REPLACE INTO episodes ({names}) VALUES ({marks})"
+    :meth:`IndexRow.stored`; with ``at_seq`` it binds ``(seq, *stored)``, so a rewritten row
+    keeps its place in the append order (a repair's fix in place)."""
+    names = ["seq", *stored_columns()] if at_seq else stored_columns()
+    cols = ", ".join(f'"{n}"' for n in names)
+    marks = ", ".join("?" for _ in names)
+    return f"INSERT OR REPLACE INTO episodes ({cols}) VALUES ({marks})"
 
 
 def rows_differ(stored: IndexRow, expected: IndexRow) -> list[str]:
