@@ -26,13 +26,13 @@ from ..codec import decode_record
 from ..trace import Episode
 from ._layout import Layout, read_meta, store_error
 from ._recover import columns_of, connect, fetch_all, recover, seal_index
+from ._rows import row_from_header
 from ._schema import (
     COLUMNS,
     ROW_CRC,
     IndexRow,
     RecordRef,
     insert_sql,
-    row_from_header,
     rows_differ,
     select_list,
     stored_columns,

@@ -24,6 +24,7 @@ from ..codec import record_info
 from ._encode import episode_parts
 from ._journal import read_journal
 from ._layout import Layout, fsync_dir, read_meta, store_error, write_meta
+from ._rows import row_from_header
 from ._schema import (
     COLUMNS,
     INDEX_VERSION,
@@ -33,7 +34,6 @@ from ._schema import (
     create_sql,
     insert_sql,
     row_crc,
-    row_from_header,
     select_list,
 )
 from ._segments import recover_segments, write_parts
