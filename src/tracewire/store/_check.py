@@ -1,4 +1,4 @@
-"""Checking a run against its own bytes (``Run.verify``) and repairing it on purpose.
+"""Checking a run against its own bytes (``RunReader.verify``) and repairing it on purpose.
 
 A check never changes a file. It walks every segment: each intact record (framing and CRCs
 hold) must decode and have the index row its header implies; bytes that form no record are

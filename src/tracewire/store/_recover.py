@@ -2,7 +2,7 @@
 
 Readers never change a file: they open the index read-only (``mode=ro``; on a read-only
 directory or mount, where SQLite cannot create the WAL's shared-memory file, as
-``immutable``) and report problems (``Run.verify``) instead of repairing them. A run closed
+``immutable``) and report problems (``RunReader.verify``) instead of repairing them. A run closed
 cleanly is not in WAL mode at all (:func:`seal_index`), so its ``index.sqlite`` alone holds
 every row wherever it is copied. Recovery runs
 only in a writer (``Run.create(resume=True)``) or in a repair a person asks for

@@ -3,9 +3,9 @@
 The store's index has SQL indexes for lookups (id, task, env, status) but not for every
 ordering a person clicks on; ``ORDER BY reward LIMIT 50 OFFSET 50000`` over 100,000 rows
 costs SQLite a second. So the viewer keeps the few columns it sorts and filters on as numpy
-arrays (about 80 bytes a row), appends new rows by ``seq`` (``Run.index_since``: the index
+arrays (about 80 bytes a row), appends new rows by ``seq`` (``RunReader.index_since``: the index
 is append-ordered), and answers a page with a vectorized filter, one cached sort per
-ordering, and a fetch of the page's 50 rows by ``seq`` (``Run.index_at``). All reads go
+ordering, and a fetch of the page's 50 rows by ``seq`` (``RunReader.index_at``). All reads go
 through the store's ``RunReader``; the viewer has no SQL of its own.
 """
 
