@@ -62,3 +62,12 @@ def test_async_with_closes_a_writer_as_interrupted_on_error(tmp_path: Path) -> N
         await again.close()
 
     asyncio.run(go())
+
+
+def test_index_statements_are_written_in_schema_only() -> None:
+    # Every module of the store builds its upserts and table definitions with _schema's
+    # functions; a second hand-written copy would drift from the columns IndexRow declares.
+    store = Path(tracewire.__file__).parent / "store"
+    spelled = {p.name for p in store.glob("*.py")
+               if any(w in p.read_text() for w in ("INSERT ", "CREATE TABLE", "ALTER TABLE"))}
+    assert spelled == {"_schema.py"}, spelled
