@@ -512,3 +512,26 @@ async def test_unreadable_body_is_400_and_the_connection_recovers(
         assert r.headers.get("Connection", "").lower() == "close"
     assert len(proxy.registry) == 0
     await create(http, proxy)
+
+
+async def test_the_proxys_one_sweeper_also_sweeps_the_session_api() -> None:
+    # The registry and the session API's sample state are swept by one periodic task of
+    # the proxy (ttl 2 s: it runs every second); an expired session loses its builder and
+    # its kept payload starts its grace period without any request touching it.
+    async with Proxy(DEAD_UPSTREAM, config=ProxyConfig(session_ttl_s=2.0)) as p:
+        api = api_of(p)
+        async with SessionClient(p.url) as client:
+            info = await client.create()
+            golden(p.registry.get(info.session_id).trace)
+            await client.samples(info.session_id)
+        sid = info.session_id
+        assert sid in api.collector.builders and api.collector.collected[sid].closed_at is None
+        p.registry.get(sid).last_used -= 60  # idle past its TTL
+        for _ in range(300):  # the sweep is due within a second; allow a slow machine
+            if sid not in api.collector.builders:
+                break
+            await asyncio.sleep(0.1)
+        assert sid not in api.collector.builders and sid not in p.registry
+        assert api.collector.collected[sid].closed_at is not None
+        p.sweep()  # by hand too: the payload stays until its grace runs out
+        assert sid in api.collector.collected

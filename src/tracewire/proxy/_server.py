@@ -22,7 +22,7 @@ from ._dialect import Adapter, ChatAdapter
 from ._http import BadRequest, bearer, content_type, error_response, read_body, secret_matches
 from ._responses import ResponsesAdapter
 from ._session import Session, SessionRegistry
-from ._session_api import add_session_routes
+from ._session_api import SESSION_API_KEY, add_session_routes
 from ._stream import relay_stream
 from ._turn import Turn, TurnPipeline
 from ._upstream_api import Upstream
@@ -128,11 +128,22 @@ class Proxy:
     async def __aexit__(self, *exc: object) -> None:
         await self.stop()
 
+    def sweep(self) -> None:
+        """Drop expired sessions, then the session API's state of sessions that are gone
+        (the proxy's one periodic sweep runs this; calling it by hand is harmless)."""
+        self.registry.sweep()
+        api = self.app.get(SESSION_API_KEY)
+        if api is not None:
+            api.sweep()
+
     async def _sweep(self) -> None:
         period = max(1.0, min(30.0, self.config.session_ttl_s / 4))
         while True:
             await asyncio.sleep(period)
-            self.registry.sweep()
+            try:
+                self.sweep()
+            except Exception:  # a failed sweep must not end the sweeping
+                log.exception("proxy sweep failed")
 
     # -- sessions --------------------------------------------------------------------------
     def create_session(
