@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tracewire import LimitError
-from tracewire.proxy._collector import SampleCollector
+from tracewire.proxy import SampleCollector
 from tracewire.proxy._session import Session
 from tracewire.samples import assemble, decode_samples, payload_meta
 
