@@ -242,15 +242,15 @@ class SessionAPI:
             raise BadRequest(401, "missing or wrong session token (Authorization: Bearer "
                                   "<token>; the proxy's TRACEWIRE_SESSION_TOKEN)")
 
-    def _probe(self, request: web.Request, bearer: str) -> bool:
+    def _probe(self, request: web.Request, given: str) -> bool:
         """Whether a refused request is an agent's read rather than a trainer's mistake: a
         HEAD, or a GET with no bearer token or an agent's own session secret."""
         if request.method == "HEAD":
             return True
         if request.method != "GET":
             return False
-        if bearer:
-            cred = bearer
+        if given:
+            cred = given
         elif "Authorization" in request.headers:
             return False  # a malformed trainer header: it gets the hint
         else:
