@@ -8,9 +8,9 @@ summary; ``POST /sessions/{id}/samples`` → the safetensors payload; ``DELETE
 
 Errors are JSON ``{"error": message, "type": class, "message": message, "reason": ...}``
 (``type``/``reason`` let the client rebuild the same error, see ``tracewire._wire_errors``):
-400 malformed request (every malformed body: integers past int32, ids over 1,024
-characters, metadata deeper than 32 levels or over 100,000 values), 401 missing or wrong
-token, 404 unknown session (``reason`` never_existed / expired / deleted), 413 body or
+400 malformed request (every malformed or undecodable body: integers past int32, ids
+over 1,024 characters, metadata deeper than 32 levels or over 100,000 values), 401 missing
+or wrong token, 404 unknown session (``reason`` never_existed / expired / deleted), 413 body or
 payload over its cap, 415 not JSON, 422 assembly or hook failure, 429 too many sessions,
 500 anything else (logged; the server keeps serving).
 
