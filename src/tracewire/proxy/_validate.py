@@ -100,11 +100,21 @@ def req_str(d: Mapping[str, Any], key: str, where: str) -> str:
     return v
 
 
-def opt_int(d: Mapping[str, Any], key: str, where: str = "") -> int | None:
-    """``d[key]`` when it is an integer (not a boolean); None when absent or null."""
+def opt_int(d: Mapping[str, Any], key: str, where: str = "",
+            bounds: tuple[int, int] | None = None) -> int | None:
+    """``d[key]`` when it is an integer (not a boolean), within ``bounds`` (inclusive) when
+    given; None when absent or null."""
     v = d.get(key)
-    if v is not None and (not isinstance(v, int) or isinstance(v, bool)):
-        fail(f"{where}.{key}" if where else key, f"must be an integer, got {type_name(v)}")
+    if v is None:
+        return None
+    if bounds is None:
+        if not isinstance(v, int) or isinstance(v, bool):
+            fail(f"{where}.{key}" if where else key, f"must be an integer, got {type_name(v)}")
+        return v
+    lo, hi = bounds
+    if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
+        name = f"{where}.{key}" if where else key
+        fail("", f"{name!r} must be an integer in [{lo}, {hi}] or null, got {str(v)[:40]}")
     return v
 
 
