@@ -7,7 +7,7 @@ import asyncio
 import signal
 import sys
 
-from .._command import Command
+from .._command import Command, parse_worker_resources
 from .._errors import TracewireError
 from ..env import load_environment
 from ._options import BACKENDS, ENGINES, RUNTIMES, UPSTREAM_APIS
@@ -79,17 +79,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
 
 
-def _resources(text: str | None) -> dict[str, float] | None:
-    if text is None:
-        return None
-    import msgspec
-
-    try:
-        return msgspec.json.decode(text, type=dict[str, float])
-    except msgspec.DecodeError as exc:
-        raise ValueError(f"--worker-resources is not a JSON object of numbers: {exc}") from exc
-
-
 def _join_ray(args: argparse.Namespace) -> None:
     # Ray wants to be joined from the main thread and blocks for seconds doing it: done
     # here, before the event loop runs; the eval's pool then finds Ray initialised.
@@ -137,7 +126,7 @@ async def run_cli(args: argparse.Namespace) -> tuple[int, str | None]:
             seed=args.seed, temperature=args.temperature, max_tokens=args.max_tokens,
             max_model_len=args.max_model_len, backend=args.backend, workers=args.workers,
             ray_address=args.ray_address, worker_cpus=args.worker_cpus,
-            worker_resources=_resources(getattr(args, "worker_resources", None)),
+            worker_resources=parse_worker_resources(getattr(args, "worker_resources", None)),
             runtime=args.runtime,
             ro_paths=getattr(args, "ro_path", None) or (),
             sandbox_paths=getattr(args, "sandbox_path", None) or (),
