@@ -28,7 +28,7 @@ from ._prompt import PromptIds, parse_full, parse_tail
 from ._rawjson import RawSpan
 from ._session import Session
 from ._upstream import outcome_of
-from ._upstream_api import TurnContext, Upstream, UpstreamRequest
+from ._upstream_api import TurnContext, Upstream, UpstreamRequest, offload
 from ._validate import load_json
 
 __all__ = ["Answer", "Turn", "TurnPipeline"]
@@ -134,9 +134,7 @@ class TurnPipeline:
     async def offload(self, size: int, fn: Callable[..., T], *args: Any) -> T:
         """``fn(*args)``, in a worker thread when ``size`` bytes is over the config's
         ``thread_threshold_bytes`` (big bodies never stall the loop)."""
-        if size > self.config.thread_threshold_bytes:
-            return await asyncio.to_thread(fn, *args)
-        return fn(*args)
+        return await offload(size, self.config.thread_threshold_bytes, fn, *args)
 
     async def prepare(self, request: web.Request, adapter: Adapter, session: Session,
                       body: bytes) -> Turn | web.StreamResponse:
