@@ -18,6 +18,7 @@ from typing import Any, Protocol, TypeVar
 from aiohttp import web
 
 from .._errors import UpstreamError
+from ..samples import hook_name
 from ..trace import Call, Span
 from ._config import ProxyConfig
 from ._dialect import Adapter, HarnessRequest
@@ -27,7 +28,7 @@ from ._prompt import PromptIds, parse_full, parse_tail
 from ._rawjson import RawSpan
 from ._session import Session
 from ._upstream import outcome_of
-from ._upstream_api import TurnContext, Upstream, UpstreamRequest
+from ._upstream_api import TurnContext, Upstream, UpstreamRequest, offload
 from ._validate import load_json
 
 __all__ = ["Answer", "Turn", "TurnPipeline"]
@@ -122,10 +123,6 @@ class Turn:
         return prompt
 
 
-def _hook_name(hook: Any) -> str:
-    return str(getattr(hook, "__name__", repr(hook)))
-
-
 class TurnPipeline:
     """Parses a harness request, matches it against the session's graph, asks the
     upstream, and commits; one per proxy."""
@@ -137,9 +134,7 @@ class TurnPipeline:
     async def offload(self, size: int, fn: Callable[..., T], *args: Any) -> T:
         """``fn(*args)``, in a worker thread when ``size`` bytes is over the config's
         ``thread_threshold_bytes`` (big bodies never stall the loop)."""
-        if size > self.config.thread_threshold_bytes:
-            return await asyncio.to_thread(fn, *args)
-        return fn(*args)
+        return await offload(size, self.config.thread_threshold_bytes, fn, *args)
 
     async def prepare(self, request: web.Request, adapter: Adapter, session: Session,
                       body: bytes) -> Turn | web.StreamResponse:
@@ -161,7 +156,7 @@ class TurnPipeline:
                 r = hook(session, adapter.endpoint, d)
                 if r is not None:
                     d = r
-                hooks.append(_hook_name(hook))
+                hooks.append(hook_name(hook))
             up.forget_raw(d)
         stop = session.limit_reached()
         if stop is not None:
@@ -220,7 +215,7 @@ class TurnPipeline:
             res = hook(turn.session, call.endpoint, d)
             if res is not None:
                 d, raw = res, None
-            call.hooks = (*call.hooks, _hook_name(hook))
+            call.hooks = (*call.hooks, hook_name(hook))
         size = len(reply.raw) if reply.raw is not None else 0
         if reply.span is not None:
             size -= reply.span.end - reply.span.start  # the ids are read separately
