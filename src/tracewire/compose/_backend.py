@@ -19,9 +19,9 @@ from ..env import Environment, Task, close_http_client, http_client, run_rollout
 from ..proxy import Proxy, ProxyConfig
 from ..store import RunWriter
 from ..trace import Episode
+from ._model_server import model_server
 from ._options import BACKENDS, Backend, RolloutPlan, ServePlan
 from ._tito import make_upstream
-from ._upstream import model_server
 
 __all__ = ["BACKENDS", "Backend", "RolloutPlan", "Rollouts", "ServePlan", "rollouts"]
 

@@ -28,10 +28,10 @@ from ..proxy import Proxy, ProxyConfig
 from ..serve import EnvClient, Runner, ServerConfig, make_pool, serve_env
 from ..store import Journal, RunWriter
 from ..trace import Episode
+from ._model_server import model_server
 from ._options import RolloutPlan, ServePlan
 from ._runtime import with_runtime
 from ._tito import make_upstream
-from ._upstream import model_server
 
 __all__ = ["ServeRollouts", "serve_factory", "serve_rollouts"]
 

@@ -1,4 +1,5 @@
-"""The interception proxy's app: lifecycle, routes and auth (turns: ``_turn``/``_stream``)."""
+"""The interception proxy's app: lifecycle, routes and auth; each turn is handed whole to the
+turn pipeline (``_turn``)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from aiohttp import web
 from .._errors import ProxyError, SessionError, UpstreamError
 from .._memory import tune_allocator
 from ..sessions import SessionSpec, token_from_env
-from ..trace import Call, Trace
+from ..trace import Trace
 from ._anthropic import AnthropicAdapter
 from ._config import ProxyConfig
 from ._dialect import Adapter, ChatAdapter
@@ -23,8 +24,7 @@ from ._http import BadRequest, bearer, content_type, error_response, read_body, 
 from ._responses import ResponsesAdapter
 from ._session import Session, SessionRegistry
 from ._session_api import SESSION_API_KEY, add_session_routes
-from ._stream import relay_stream
-from ._turn import Turn, TurnPipeline
+from ._turn import TurnPipeline
 from ._upstream_api import Upstream
 from ._upstream_http import HttpUpstream
 
@@ -219,18 +219,9 @@ class Proxy:
                 return e.response(adapter.dialect)
             try:
                 body = await self._body(request)
-                turn = await self._pipeline.prepare(request, adapter, session, body)
             except BadRequest as e:
-                if e.code is None:
-                    # A request the proxy refused still says on the trace why the agent
-                    # stopped; a session limit is already recorded as the trace's stop.
-                    session.graph.fail(Call(endpoint=adapter.endpoint), e.message)
-                return e.response(adapter.dialect)
-            if not isinstance(turn, Turn):
-                return turn
-            if turn.up.stream:
-                return await relay_stream(request, turn, self.config.keepalive_s)
-            return await self._pipeline.unary(request, turn)
+                return self._pipeline.refuse(session, adapter, e)
+            return await self._pipeline.run(request, adapter, session, body)
 
         return handle
 

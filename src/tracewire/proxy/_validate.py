@@ -16,8 +16,8 @@ import msgspec
 import orjson
 
 from ..trace import Message
-from ._graph import chat_message
 from ._http import BadRequest
+from ._turn_types import chat_message
 
 __all__ = ["MAX_DEPTH", "check_depth", "checked_message", "exact_arguments", "fail", "load_json",
            "load_object", "nested_too_deep", "opt_bool", "opt_int", "opt_list", "opt_number",
