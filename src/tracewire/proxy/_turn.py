@@ -22,12 +22,14 @@ from typing import Any, TypeVar
 from aiohttp import web
 
 from .._errors import UpstreamError
+from ..samples import hook_name
 from ..trace import Call, Span
 from . import _commit
 from ._config import ProxyConfig
 from ._dialect import Adapter
 from ._http import BadRequest, error_response
 from ._match import context, match
+from ._offload import offload
 from ._prompt import PromptIds, parse_full, parse_tail
 from ._rawjson import RawSpan
 from ._reply import read_reply
@@ -79,10 +81,6 @@ class Turn:
             self.session.remember(self.ikey, answer)
 
 
-def _hook_name(hook: Any) -> str:
-    return str(getattr(hook, "__name__", repr(hook)))
-
-
 class TurnPipeline:
     """Parses a harness request, matches it against the session's graph, asks the
     upstream, renders the answer and commits; one per proxy, for streamed and unary turns."""
@@ -94,9 +92,7 @@ class TurnPipeline:
     async def offload(self, size: int, fn: Callable[..., T], *args: Any) -> T:
         """``fn(*args)``, in a worker thread when ``size`` bytes is over the config's
         ``thread_threshold_bytes`` (big bodies never stall the loop)."""
-        if size > self.config.thread_threshold_bytes:
-            return await asyncio.to_thread(fn, *args)
-        return fn(*args)
+        return await offload(size, self.config.thread_threshold_bytes, fn, *args)
 
     async def run(self, request: web.Request, adapter: Adapter, session: Session,
                   body: bytes) -> web.StreamResponse:
@@ -131,7 +127,7 @@ class TurnPipeline:
                 r = hook(session, adapter.endpoint, d)
                 if r is not None:
                     d = r
-                hooks.append(_hook_name(hook))
+                hooks.append(hook_name(hook))
             up.forget_raw(d)
         stop = session.limit_reached()
         if stop is not None:
@@ -186,7 +182,7 @@ class TurnPipeline:
             res = hook(turn.session, call.endpoint, d)
             if res is not None:
                 d, raw = res, None
-            call.hooks = (*call.hooks, _hook_name(hook))
+            call.hooks = (*call.hooks, hook_name(hook))
         size = len(reply.raw) if reply.raw is not None else 0
         if reply.span is not None:
             size -= reply.span.end - reply.span.start  # the ids are read separately
