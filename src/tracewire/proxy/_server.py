@@ -20,7 +20,15 @@ from ..trace import Trace
 from ._anthropic import AnthropicAdapter
 from ._config import ProxyConfig
 from ._dialect import Adapter, ChatAdapter
-from ._http import BadRequest, bearer, content_type, error_response, read_body, secret_matches
+from ._http import (
+    BadRequest,
+    bearer,
+    check_length,
+    content_type,
+    error_response,
+    read_body,
+    secret_matches,
+)
 from ._responses import ResponsesAdapter
 from ._session import Session, SessionRegistry
 from ._session_api import SESSION_API_KEY, add_session_routes
@@ -201,12 +209,14 @@ class Proxy:
         return s
 
     async def _body(self, request: web.Request) -> bytes:
+        limit = self.config.max_body_bytes
+        check_length(request, limit)  # a declared size over the cap is a 413 whatever its type
         ctype = content_type(request)
         if ctype not in ("application/json", "application/octet-stream", "") and not (
             ctype.endswith("+json")
         ):
             raise BadRequest(415, f"content type must be application/json, not {ctype}")
-        return await read_body(request, self.config.max_body_bytes)
+        return await read_body(request, limit)
 
     # -- routes ----------------------------------------------------------------------------
     def _handler(self, endpoint: str) -> Callable[[web.Request], Any]:
