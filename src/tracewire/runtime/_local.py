@@ -38,7 +38,7 @@ class LocalRuntime(Runtime):
     def __init__(self, *, inherit_env: bool = True, limits: Limits | None = None,
                  workdir_prefix: str = "tracewire-local-", check_program: bool = True,
                  on_process: ProcessHook | None = None, **kwargs: Any) -> None:
-        # No limits unless asked for: a host subprocess has never had any.
+        # No limits unless asked for: a trusted host program runs as it would on its own.
         super().__init__(limits=limits or Limits(None, None, None, None, None), **kwargs)
         self.inherit_env = inherit_env
         self.workdir_prefix = workdir_prefix
