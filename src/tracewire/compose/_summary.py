@@ -102,7 +102,7 @@ class Tally:
             self.named[name].append(r.score)
         self.turns.append(len(trace.calls))
         self.calls_ok += sum(1 for c in trace.calls if c.error is None and c.node is not None)
-        self.tokens.append(len(trace.tokens))
+        self.tokens.append(len(trace.columns))
         self.completion.append(sum(n.end - n.start for n in trace.nodes if n.sampled))
         self.stops[trace.stop or "none"] += 1
         if trace.ok and episode.ok:

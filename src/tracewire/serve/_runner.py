@@ -73,10 +73,10 @@ def standin_runner(turns: int = 10, tokens: int = 1000, delay: float = 0.0) -> R
         episode.timing["agent"] = Span(start=now)
         trace = episode.new_trace(agent={"name": "standin"})
         # The stand-in knows its budget (a real runner may know max turns x max tokens).
-        trace.tokens.reserve(n * (k + 8))
+        trace.columns.reserve(n * (k + 8))
         usage = {"prompt_tokens": 8, "completion_tokens": k}
         # Bound methods and lists fetched once: the loop body is what a turn costs.
-        append, nodes, calls, notify = trace.tokens.append, trace.nodes, trace.calls, trace.notify
+        append, nodes, calls, notify = trace.columns.append, trace.nodes, trace.calls, trace.notify
         clock = time.perf_counter
         next_yield = clock() + YIELD_S
         parent: int | None = None

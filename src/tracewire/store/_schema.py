@@ -317,7 +317,7 @@ def row_from_episode(
 ) -> IndexRow:
     """Index row of a live :class:`~tracewire.Episode` (plain Python, with ``pause()`` every
     128 calls so the writer thread lets the event loop in during long episodes)."""
-    return _row(ep, ref, written, n_tokens=lambda t: len(t.tokens), pause=pause)
+    return _row(ep, ref, written, n_tokens=lambda t: len(t.columns), pause=pause)
 
 
 def row_from_header(
