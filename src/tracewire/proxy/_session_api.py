@@ -423,7 +423,7 @@ class SessionAPI:
         version = (
             len(trace.nodes),
             len(trace.calls),
-            len(trace.tokens),
+            len(trace.columns),
             id(self.picker),
             id(self.postprocess),
         )
