@@ -20,7 +20,7 @@ from typing import Any
 from .._errors import EnvError
 from ..diagnostics import LoopLagProbe
 from ..env import Environment, RuntimeFactory, Task, Timeouts, load_environment
-from ..store import Run, open_run
+from ..store import Run, RunStatus, open_run
 from ..trace import Episode
 from ._backend import Rollouts, rollouts
 from ._options import Backend, RolloutPlan, ServePlan
@@ -42,7 +42,7 @@ class EvalResult:
 
     run: Run
     summary: Summary
-    status: str
+    status: RunStatus
     reason: str | None = None
 
 
@@ -164,7 +164,7 @@ async def evaluate(
                        # and each slot costs its own KV cache.
                        engine_parallel=max(1, min(concurrency, 4)))
     tally = Tally()
-    status = "complete"
+    status = RunStatus.COMPLETE
     lag: float | None = None
     busy: float | None = None
     skipped = [0]
@@ -191,7 +191,7 @@ async def evaluate(
                         tally, on_episode,
                     )
                 except BaseException:
-                    status = "interrupted"
+                    status = RunStatus.INTERRUPTED
                     raise
                 finally:
                     lag, busy = probe.p99_ms, probe.busy
@@ -228,7 +228,7 @@ async def _drive(
     stop: asyncio.Event | None,
     tally: Tally,
     on_episode: EpisodeCallback | None,
-) -> str:
+) -> RunStatus:
     """Run the work with ``concurrency`` workers until done (``complete``) or ``stop`` is
     set (``interrupted``); a store failure ends the eval by raising."""
 
@@ -254,11 +254,11 @@ async def _drive(
             waits = pending | ({waiter} if waiter is not None else set())
             finished, _ = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
             if waiter is not None and waiter in finished:
-                return "interrupted"
+                return RunStatus.INTERRUPTED
             for f in finished:
                 pending.discard(f)
                 f.result()
-        return "complete"
+        return RunStatus.COMPLETE
     finally:
         for w in workers:
             w.cancel()
