@@ -10,6 +10,7 @@ import sys
 from .._command import Command
 from .._errors import TracewireError
 from ..env import load_environment
+from ..store import RunStatus
 from ._options import BACKENDS, ENGINES, RUNTIMES, UPSTREAM_APIS
 
 HELP = "Run an environment's tasks × rollouts through the proxy and store the run."
@@ -155,7 +156,7 @@ async def run_cli(args: argparse.Namespace) -> tuple[int, str | None]:
             loop.remove_signal_handler(sig)
     summary = result.summary
     render_summary(console, summary)
-    if result.status == "interrupted":
+    if result.status == RunStatus.INTERRUPTED:
         console.print(f"interrupted: {summary.episodes} finished episodes kept; "
                       f"continue with --out {summary.run_dir} --resume")
         return 130, summary.run_dir

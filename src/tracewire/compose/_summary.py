@@ -8,6 +8,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..store import RunStatus
 from ..trace import Episode, InfoKey
 
 __all__ = ["Summary", "Tally", "pass_at_k"]
@@ -26,7 +27,7 @@ class Summary:
 
     env: str
     model: str
-    status: str
+    status: RunStatus
     run_dir: str
     episodes: int
     tasks: int
@@ -144,7 +145,7 @@ class Tally:
         *,
         env: str,
         model: str,
-        status: str,
+        status: RunStatus,
         run_dir: str,
         loop_lag_p99_ms: float | None = None,
         loop_busy: float | None = None,
