@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from .._errors import EnvError
-from ..trace import Call, Episode, Message, Node, Span
+from ..trace import Call, Episode, Message, Node, Span, StopReason
 
 __all__ = [
     "Runner",
@@ -98,7 +98,7 @@ def standin_runner(turns: int = 10, tokens: int = 1000, delay: float = 0.0) -> R
             elif clock() >= next_yield:
                 await asyncio.sleep(0)  # let the worker stream; keeps loop stalls short
                 next_yield = clock() + YIELD_S
-        trace.stop = "max_turns"
+        trace.stop = StopReason.MAX_TURNS
         trace.completed = True
         trace.set_reward("standin", 1.0)
         episode.timing["agent"] = Span(start=now, end=time.time())
