@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from .._errors import EnvError
-from ..trace import Call, Episode, Message, Node, Span, StopReason
+from ..trace import Call, Endpoint, Episode, Message, Node, Span, StopReason
 
 __all__ = [
     "Runner",
@@ -90,7 +90,7 @@ def standin_runner(turns: int = 10, tokens: int = 1000, delay: float = 0.0) -> R
                               content=f"answer {turn}"), sampled=True, ts=now,
                               start=start + 8, end=end))
             parent = user + 1
-            calls.append(Call(model="standin", endpoint="chat", finish_reason="stop",
+            calls.append(Call(model="standin", endpoint=Endpoint.CHAT, finish_reason="stop",
                               usage=usage, node=parent, prompt_node=user))
             notify()
             if pause:
