@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from enum import StrEnum
 from typing import Any
 
 import orjson
@@ -9,7 +10,7 @@ from aiohttp import web
 
 from .._errors import TracewireError
 
-__all__ = ["BadRequest", "error_response", "sse", "sse_error"]
+__all__ = ["BadRequest", "Dialect", "error_body", "error_response", "sse", "sse_error"]
 
 _ANTHROPIC_TYPES = {
     400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
@@ -21,6 +22,13 @@ _OPENAI_TYPES = {
     405: "invalid_request_error", 413: "invalid_request_error", 415: "invalid_request_error",
     429: "rate_limit_error",
 }
+
+
+class Dialect(StrEnum):
+    """The API family a harness speaks, which decides the shape of error bodies and events."""
+
+    OPENAI = "openai"
+    ANTHROPIC = "anthropic"
 
 
 class BadRequest(TracewireError, ValueError):
@@ -36,21 +44,22 @@ class BadRequest(TracewireError, ValueError):
         #: The connection cannot carry another request (its body could not be read).
         self.close = close
 
-    def response(self, dialect: str) -> web.Response:
+    def response(self, dialect: Dialect) -> web.Response:
         """The error response in ``dialect``'s shape."""
         return error_response(dialect, self.status, self.message, self.code, close=self.close)
 
 
-def error_body(dialect: str, status: int, message: str, code: str | None = None) -> dict[str, Any]:
-    """The error object a client of ``dialect`` ("openai"/"anthropic") expects."""
-    if dialect == "anthropic":
+def error_body(dialect: Dialect, status: int, message: str,
+               code: str | None = None) -> dict[str, Any]:
+    """The error object a client of ``dialect`` expects."""
+    if dialect is Dialect.ANTHROPIC:
         return {"type": "error",
                 "error": {"type": _ANTHROPIC_TYPES.get(status, "api_error"), "message": message}}
     return {"error": {"message": message, "type": _OPENAI_TYPES.get(status, "api_error"),
                       "param": None, "code": code}}
 
 
-def error_response(dialect: str, status: int, message: str, code: str | None = None, *,
+def error_response(dialect: Dialect, status: int, message: str, code: str | None = None, *,
                    close: bool = False) -> web.Response:
     """A JSON error response in the dialect's shape (``close``: with ``Connection: close``)."""
     body = orjson.dumps(error_body(dialect, status, message, code))
@@ -67,8 +76,8 @@ def sse(data: Any, event: str | None = None) -> bytes:
     return head + b"data: " + payload + b"\n\n"
 
 
-def sse_error(dialect: str, message: str) -> bytes:
+def sse_error(dialect: Dialect, message: str) -> bytes:
     """An in-stream error event in the dialect's form."""
-    if dialect == "anthropic":
-        return sse(error_body("anthropic", 502, message), "error")
-    return sse(error_body("openai", 502, message))
+    if dialect is Dialect.ANTHROPIC:
+        return sse(error_body(Dialect.ANTHROPIC, 502, message), "error")
+    return sse(error_body(Dialect.OPENAI, 502, message))

@@ -9,9 +9,10 @@ from typing import Any
 
 import orjson
 
+from ..trace import Endpoint
 from ._dialect import Adapter, HarnessRequest, Streamer, up_from_dict
 from ._graph import Outcome
-from ._http import BadRequest, sse
+from ._http import BadRequest, Dialect, sse
 from ._rawjson import RawSpan
 from ._validate import (
     check_depth,
@@ -323,8 +324,8 @@ class _ResponsesStreamer(Streamer):
 class ResponsesAdapter(Adapter):
     """OpenAI Responses, translated to chat completions upstream and back."""
 
-    endpoint = "responses"
-    dialect = "openai"
+    endpoint = Endpoint.RESPONSES
+    dialect = Dialect.OPENAI
 
     def parse(self, body: bytes, tool_args: Mapping[str, str] | None = None) -> HarnessRequest:
         return parse(body, tool_args)
