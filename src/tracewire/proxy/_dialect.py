@@ -12,9 +12,9 @@ from typing import Any
 import msgspec
 import orjson
 
-from ..trace import message_digest
+from ..trace import Endpoint, message_digest
 from ._graph import NewMessage, Outcome, RequestCache, raw_hash
-from ._http import BadRequest, sse
+from ._http import BadRequest, Dialect, sse
 from ._rawjson import SENTINEL_JSON, RawSpan, find_value, render, skip_ws, skip_ws_back
 from ._upstream import strip_added
 from ._validate import check_depth, checked_message, fail, load_json, type_name
@@ -257,7 +257,7 @@ def up_from_dict(body: dict[str, Any], original: dict[str, Any], raw: bytes) -> 
 class Streamer:
     """Turns upstream chat chunks into the harness's stream format."""
 
-    dialect = "openai"
+    dialect = Dialect.OPENAI
     keepalive = b": keepalive\n\n"
 
     def start(self) -> bytes:
@@ -277,8 +277,8 @@ class Streamer:
 class Adapter:
     """One endpoint: parse, render a full reply, make a streamer."""
 
-    endpoint = "chat"
-    dialect = "openai"
+    endpoint = Endpoint.CHAT
+    dialect = Dialect.OPENAI
 
     def __init__(self, token_fields: dict[str, Any]) -> None:
         #: Extra upstream request fields that ask for token ids and logprobs.
@@ -355,8 +355,8 @@ class _ChatStreamer(Streamer):
 class ChatAdapter(Adapter):
     """OpenAI chat completions: passed through, token fields stripped when not asked for."""
 
-    endpoint = "chat"
-    dialect = "openai"
+    endpoint = Endpoint.CHAT
+    dialect = Dialect.OPENAI
 
     def parse(self, body: bytes, tool_args: Mapping[str, str] | None = None) -> HarnessRequest:
         return parse_chat_bytes(body)  # passed through: the harness's own text is sent
