@@ -69,8 +69,9 @@ def _answers(turns: list[Turn]) -> list[Turn]:
 async def test_session_samples_are_the_wire(stream: bool, llama_server: LlamaServerProc,
                                             smollm_gguf: Path) -> None:
     async with Relay(llama_server.url) as relay:
-        config = ProxyConfig(tokenizer=str(smollm_gguf), upstream_api="llamacpp")
-        async with Proxy(make_upstream(relay.url + "/v1", config, model="smollm"),
+        config = ProxyConfig()
+        async with Proxy(make_upstream(relay.url + "/v1", config, model="smollm",
+                                       tokenizer=str(smollm_gguf), upstream_api="llamacpp"),
                          config=config) as proxy, \
                 SessionClient(proxy.url, token=proxy.session_token) as client:
             info = await client.create()

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from ._backend import Rollouts, rollouts
     from ._cli_demo import DEMO_COMMAND
     from ._cli_eval import EVAL_COMMAND
-    from ._cli_proxy import PROXY_COMMAND
+    from ._cli_proxy import PROXY_COMMAND, TOKEN_IN_UPSTREAM
     from ._cli_serve import SERVE_COMMAND
     from ._envrunner import env_factory
     from ._evaluate import EvalResult, default_run_dir, evaluate
@@ -33,6 +33,7 @@ _LAZY: dict[str, str] = {
     "EVAL_COMMAND": "._cli_eval",
     "PROXY_COMMAND": "._cli_proxy",
     "SERVE_COMMAND": "._cli_serve",
+    "TOKEN_IN_UPSTREAM": "._cli_proxy",
     "RUNTIMES": "._options",
     "Backend": "._options",
     "EvalResult": "._evaluate",
@@ -57,6 +58,7 @@ __all__ = [
     "PROXY_COMMAND",
     "RUNTIMES",
     "SERVE_COMMAND",
+    "TOKEN_IN_UPSTREAM",
     "Backend",
     "EvalResult",
     "RolloutPlan",

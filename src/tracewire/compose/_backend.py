@@ -72,9 +72,10 @@ async def local_rollouts(env: Environment, plan: RolloutPlan) -> AsyncIterator[L
         plan.base_url, plan.model, plan.api_key, seed=plan.seed,
         max_model_len=plan.max_model_len,
     ) as (upstream, model):
-        config = ProxyConfig(upstream_api_key=plan.api_key, tokenizer=plan.tokenizer,
-                             upstream_api=plan.upstream_api)
-        async with Proxy(make_upstream(upstream, config, model=model), config=config) as proxy:
+        config = ProxyConfig(upstream_api_key=plan.api_key)
+        up = make_upstream(upstream, config, model=model, tokenizer=plan.tokenizer,
+                           upstream_api=plan.upstream_api)
+        async with Proxy(up, config=config) as proxy:
             # Made (and the SDK imported) off the loop before the first rollout needs it.
             if env.harness.uses_sdk:
                 await http_client()

@@ -80,13 +80,13 @@ async def serve_factory(env: str, options: dict[str, Any]) -> AsyncIterator[Runn
     timeouts = Timeouts(**raw) if isinstance(raw, dict) else None
     key = options.get("api_key")
     tok = options.get("tokenizer")
-    config = ProxyConfig(upstream_api_key=str(key) if key else None,
-                         tokenizer=str(tok) if tok else None,
-                         upstream_api=str(options.get("upstream_api") or "completions"))
+    config = ProxyConfig(upstream_api_key=str(key) if key else None)
     sampling = dict(options.get("sampling") or {})
     seed = int(options.get("seed", 0))
     model = str(options["model"])
-    upstream = make_upstream(str(options["base_url"]), config, model=model)
+    upstream = make_upstream(str(options["base_url"]), config, model=model,
+                             tokenizer=str(tok) if tok else None,
+                             upstream_api=str(options.get("upstream_api") or "completions"))
     async with Proxy(upstream, config=config) as proxy:
 
         async def run(request: dict[str, Any], episode: Episode) -> None:

@@ -42,7 +42,8 @@ class RolloutPlan:
     sampling: Mapping[str, Any] = field(default_factory=dict)
     timeouts: Timeouts | None = None
     #: Token-in/token-out: a local tokenizer directory and the endpoint to send ids to
-    #: (see ``ProxyConfig.tokenizer``); None keeps the chat pass-through.
+    #: (a ``tito.codecs.UpstreamApi`` value, see ``make_upstream``); None keeps the chat
+    #: pass-through.
     tokenizer: str | None = None
     upstream_api: str = "completions"
     #: A local engine to start for the eval (one of ``ENGINES``) on ``engine_model`` (a GGUF
