@@ -98,7 +98,7 @@ async def evaluate(
     max_tokens: int | None = None,
     max_model_len: int | None = None,
     timeouts: Timeouts | None = None,
-    backend: Backend = "local",
+    backend: Backend | str = Backend.LOCAL,
     runtime: str | RuntimeFactory | None = None,
     ro_paths: Sequence[str] = (),
     sandbox_paths: Sequence[str] = (),
