@@ -86,7 +86,7 @@ async def local_rollouts(env: Environment, plan: RolloutPlan) -> AsyncIterator[L
 
 
 def rollouts(
-    backend: Backend, env: Environment, plan: RolloutPlan, serve: ServePlan | None = None
+    backend: Backend | str, env: Environment, plan: RolloutPlan, serve: ServePlan | None = None
 ) -> contextlib.AbstractAsyncContextManager[Rollouts]:
     """Start the ``backend`` for ``env`` (``ValueError`` for an unknown one); ``serve``
     sets up the env-server backends (``process``, ``ray``); with ``plan.engine`` the engine
@@ -96,9 +96,9 @@ def rollouts(
         from ._engine import with_engine
 
         return with_engine(plan, lambda served: rollouts(backend, env, served, serve))
-    if backend == "local":
+    if backend == Backend.LOCAL:
         return local_rollouts(env, plan)
-    if backend in ("process", "ray"):
+    if backend in (Backend.PROCESS, Backend.RAY):
         # Imported here: the serve part (and its ZMQ) only when an env server is used.
         from ._backend_serve import serve_rollouts
 

@@ -28,7 +28,7 @@ from ..proxy import Proxy, ProxyConfig
 from ..serve import EnvClient, Runner, ServerConfig, make_pool, serve_env
 from ..store import Journal, Run
 from ..trace import Episode
-from ._options import RolloutPlan, ServePlan
+from ._options import Backend, RolloutPlan, ServePlan
 from ._runtime import with_runtime
 from ._tito import make_upstream
 from ._upstream import model_server
@@ -183,7 +183,7 @@ async def serve_rollouts(env: Environment, plan: RolloutPlan,
         inflight = max(1, serve.concurrency)
         run_timeout = _run_timeout(env, plan.timeouts)
         config = ServerConfig(workers=workers, max_inflight=inflight, run_timeout=run_timeout,
-                              heartbeat_timeout=2.0 if serve.backend == "ray" else 5.0)
+                              heartbeat_timeout=2.0 if serve.backend == Backend.RAY else 5.0)
         ref = worker_ref(serve.env_ref) if serve.env_ref else env.name
         async with serve_env(ref, pool=pool, workers=workers,
                              factory=serve_factory, options=options, config=config,

@@ -11,7 +11,7 @@ from .._command import Command
 from .._errors import TracewireError
 from ..env import load_environment
 from ..store import RunStatus
-from ._options import BACKENDS, ENGINES, RUNTIMES, UPSTREAM_APIS
+from ._options import BACKENDS, ENGINES, RUNTIMES, UPSTREAM_APIS, Backend
 
 HELP = "Run an environment's tasks × rollouts through the proxy and store the run."
 
@@ -40,7 +40,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="rollouts per task, grouped (default: 1)")
     parser.add_argument("-c", "--concurrency", type=int, default=8,
                         help="rollouts in flight (default: 8)")
-    parser.add_argument("--backend", choices=BACKENDS, default="local",
+    parser.add_argument("--backend", choices=BACKENDS, default=Backend.LOCAL.value,
                         help="where the rollouts run: local (this process, the default), "
                              "process (env-server worker processes) or ray (Ray actors)")
     parser.add_argument("--workers", type=int, default=2,
@@ -94,9 +94,9 @@ def _resources(text: str | None) -> dict[str, float] | None:
 def _join_ray(args: argparse.Namespace) -> None:
     # Ray wants to be joined from the main thread and blocks for seconds doing it: done
     # here, before the event loop runs; the eval's pool then finds Ray initialised.
-    from ..serve import make_pool
+    from ..serve import WorkerBackend, make_pool
 
-    make_pool("ray", ray_address=args.ray_address).prepare()
+    make_pool(WorkerBackend.RAY, ray_address=args.ray_address).prepare()
 
 
 def _fail(reason: str) -> int:
@@ -171,7 +171,7 @@ def run(args: argparse.Namespace) -> int:
         print("tracewire eval: --engine serves its own model: drop --base-url/--tokenizer",
               file=sys.stderr)
         return 2
-    if getattr(args, "backend", "local") == "ray":
+    if getattr(args, "backend", Backend.LOCAL) == Backend.RAY:
         try:
             _join_ray(args)
         except TracewireError as exc:

@@ -8,18 +8,27 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from enum import StrEnum
+from typing import Any
 
 from ..env import Timeouts
 
 __all__ = ["BACKENDS", "ENGINES", "RUNTIMES", "UPSTREAM_APIS", "Backend", "RolloutPlan",
            "ServePlan"]
 
-#: Where an eval's rollouts run: ``local`` is this process; ``process`` and ``ray`` are the
-#: workers of an env server (local worker processes, or Ray actors on a cluster).
-Backend = Literal["local", "process", "ray"]
-#: Every :data:`Backend`, for the command line's choices.
-BACKENDS: tuple[Backend, ...] = ("local", "process", "ray")
+
+
+class Backend(StrEnum):
+    """Where an eval's rollouts run: ``local`` is this process; ``process`` and ``ray`` are
+    the workers of an env server (``serve.WorkerBackend``'s local processes or Ray actors)."""
+
+    LOCAL = "local"
+    PROCESS = "process"
+    RAY = "ray"
+
+
+#: Every :class:`Backend`, for the command line's choices.
+BACKENDS: tuple[Backend, ...] = tuple(Backend)
 #: Where a command harness's agent runs (``tracewire eval --runtime``); resolved by
 #: ``_runtime.runtime_factory``, which imports the runtime part.
 RUNTIMES = ("local", "bwrap", "docker")
