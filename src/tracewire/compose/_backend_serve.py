@@ -27,7 +27,7 @@ from ..env import Environment, Task, Timeouts, close_http_client, load_environme
 from ..proxy import Proxy, ProxyConfig
 from ..serve import EnvClient, Runner, ServerConfig, make_pool, serve_env
 from ..store import Journal, Run
-from ..trace import Episode
+from ..trace import Episode, InfoKey
 from ._options import Backend, RolloutPlan, ServePlan
 from ._runtime import with_runtime
 from ._tito import make_upstream
@@ -113,7 +113,7 @@ def failed_rollout(episode: Episode, exc: ServeError) -> Episode:
     trace.stop = SERVE_ERROR
     trace.add_error(type(exc).__name__, str(exc), phase="serve")
     episode.add_error(type(exc).__name__, str(exc), phase="serve")
-    episode.info["incomplete"] = True
+    episode.info[InfoKey.INCOMPLETE] = True
     return episode
 
 

@@ -369,7 +369,7 @@ def _row(
         task_key=e.task_key,
         group_id=e.group_id,
         group_index=e.group_index,
-        status=(EpisodeStatus.INCOMPLETE if e.info.get("incomplete")
+        status=(EpisodeStatus.INCOMPLETE if e.info.get(InfoKey.INCOMPLETE)
                 else EpisodeStatus.COMPLETE).value,
         ok=e.ok,
         stop=main.stop,
