@@ -12,7 +12,8 @@ image is pulled: build one from a local root filesystem, e.g. from the host's ow
 
 (then add ``/bin``, ``/lib``… links for a merged-/usr system: ``docker build`` with a
 ``FROM tracewire-sandbox:local`` and ``RUN ln -s usr/bin /bin`` … or import a debootstrap
-tree). Not run on the machine this was written on (no daemon); its test skips there.
+tree). Its tests run where ``TRACEWIRE_DOCKER_IMAGE`` is set and a daemon answers, and
+skip elsewhere.
 """
 
 from __future__ import annotations
