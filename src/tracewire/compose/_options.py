@@ -14,7 +14,7 @@ from typing import Any
 from ..env import Timeouts
 
 __all__ = ["BACKENDS", "ENGINES", "RUNTIMES", "UPSTREAM_APIS", "Backend", "RolloutPlan",
-           "ServePlan"]
+           "RuntimeName", "ServePlan"]
 
 
 
@@ -29,9 +29,19 @@ class Backend(StrEnum):
 
 #: Every :class:`Backend`, for the command line's choices.
 BACKENDS: tuple[Backend, ...] = tuple(Backend)
-#: Where a command harness's agent runs (``tracewire eval --runtime``); resolved by
-#: ``_runtime.runtime_factory``, which imports the runtime part.
-RUNTIMES = ("local", "bwrap", "docker")
+
+
+class RuntimeName(StrEnum):
+    """Where a command harness's agent runs (``tracewire eval --runtime``); resolved by
+    ``_runtime.runtime_factory``, which imports the runtime part."""
+
+    LOCAL = "local"
+    BWRAP = "bwrap"
+    DOCKER = "docker"
+
+
+#: Every :class:`RuntimeName`, for the command line's choices.
+RUNTIMES: tuple[RuntimeName, ...] = tuple(RuntimeName)
 #: Token-in endpoints ``--upstream-api`` accepts (the values of ``tito.codecs.UpstreamApi``).
 UPSTREAM_APIS = ("completions", "generate", "sglang", "llamacpp")
 
