@@ -27,16 +27,13 @@ from ..env import Environment, Task, Timeouts, close_http_client, load_environme
 from ..proxy import Proxy, ProxyConfig
 from ..serve import EnvClient, Runner, ServerConfig, make_pool, serve_env
 from ..store import Journal, Run
-from ..trace import Episode, InfoKey
+from ..trace import Episode, InfoKey, StopReason
 from ._options import Backend, RolloutPlan, ServePlan
 from ._runtime import with_runtime
 from ._tito import make_upstream
 from ._upstream import model_server
 
 __all__ = ["ServeRollouts", "serve_factory", "serve_rollouts"]
-
-#: Stop condition of a rollout the env server failed (the worker died, a timeout, busy).
-SERVE_ERROR = "serve_error"
 
 
 def _run_timeout(env: Environment, timeouts: Timeouts | None) -> float:
@@ -110,7 +107,7 @@ def failed_rollout(episode: Episode, exc: ServeError) -> Episode:
     """``episode`` as a rollout the env server failed: one trace stopped ``serve_error`` with
     the error, marked incomplete (so ``--resume`` runs it again)."""
     trace = episode.traces[0] if episode.traces else episode.new_trace()
-    trace.stop = SERVE_ERROR
+    trace.stop = StopReason.SERVE_ERROR
     trace.add_error(type(exc).__name__, str(exc), phase="serve")
     episode.add_error(type(exc).__name__, str(exc), phase="serve")
     episode.info[InfoKey.INCOMPLETE] = True
