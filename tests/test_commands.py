@@ -6,7 +6,9 @@ import argparse
 import subprocess
 import sys
 
-from tracewire._command import Command
+import pytest
+
+from tracewire._command import Command, parse_worker_resources
 from tracewire.cli import COMMANDS
 from tracewire.compose import TOKEN_IN_UPSTREAM, env_factory
 
@@ -60,3 +62,12 @@ def test_token_in_options_live_with_the_composition_root() -> None:
         assert _option(command, "--tokenizer") is not None, name
         api = _option(command, "--upstream-api")
         assert api is not None and tuple(api.choices or ()) == tuple(UpstreamApi), name
+
+
+def test_worker_resources_option_is_parsed_once_for_serve_and_eval() -> None:
+    # ``tracewire serve`` and ``tracewire eval`` share this parser for --worker-resources.
+    assert parse_worker_resources(None) is None
+    assert parse_worker_resources('{"env_node": 1, "gpu": 0.5}') == {"env_node": 1.0, "gpu": 0.5}
+    for bad in ("[1]", '{"env": "x"}', "not json"):
+        with pytest.raises(ValueError, match="--worker-resources is not a JSON object"):
+            parse_worker_resources(bad)

@@ -16,7 +16,7 @@ from tracewire.cli import COMMANDS
 from tracewire.compose import BACKENDS, EvalOptions, EvalResult, evaluate
 from tracewire.compose._cli_demo import eval_args
 from tracewire.compose._cli_eval import configure
-from tracewire.compose._upstream import model_server
+from tracewire.compose._model_server import model_server
 
 
 def eval_parser() -> argparse.ArgumentParser:

@@ -9,7 +9,7 @@ import signal
 import sys
 from typing import TYPE_CHECKING
 
-from .._command import Command
+from .._command import Command, parse_worker_resources
 from .._errors import PlanError, TracewireError
 from ..env import load_environment
 from ..store import RunStatus
@@ -86,14 +86,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def _resources(text: str | None) -> dict[str, float] | None:
-    if text is None:
-        return None
-    import msgspec
-
     try:
-        return msgspec.json.decode(text, type=dict[str, float])
-    except msgspec.DecodeError as exc:
-        raise PlanError(f"--worker-resources is not a JSON object of numbers: {exc}") from exc
+        return parse_worker_resources(text)
+    except ValueError as exc:
+        raise PlanError(str(exc)) from exc
 
 
 def plan_from_args(args: argparse.Namespace) -> EvalPlan:

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from .._errors import EnvError
 from ..diagnostics import LoopLagProbe
 from ..env import Environment, Task, load_environment
-from ..store import Run, RunStatus, open_run
+from ..store import Run, RunReader, RunStatus, RunWriter, open_run
 from ..trace import Episode
 from ._backend import Rollouts, rollouts
 from ._options import RolloutPlan, ServePlan
@@ -45,7 +45,7 @@ class EvalResult:
     """What :func:`evaluate` returns: the run (open for reading), its summary, how it ended
     (``complete`` or ``interrupted``) and, when no rollout got a model answer, why."""
 
-    run: Run
+    run: RunReader
     summary: Summary
     status: RunStatus
     reason: str | None = None
@@ -66,7 +66,7 @@ def _group_id(run_key: str, task_key: str) -> str:
     return hashlib.blake2b(f"{run_key}\0{task_key}".encode(), digest_size=16).hexdigest()
 
 
-async def _open_run(out: Path, resume: bool, meta: dict[str, Any]) -> Run:
+async def _open_run(out: Path, resume: bool, meta: dict[str, Any]) -> RunWriter:
     exists = await asyncio.to_thread(lambda: (out / "meta.json").exists())
     if resume and not exists:
         raise EnvError(f"--resume: {out} holds no run")
@@ -200,7 +200,7 @@ def _runtime_name(env: Environment) -> str | None:
 
 async def _drive(
     backend: Rollouts,
-    run: Run,
+    run: RunWriter,
     env_name: str,
     run_key: str,
     work: Iterator[tuple[Task, int]],
