@@ -59,12 +59,5 @@ class ProxyConfig:
     #: The trainer token every ``/sessions`` route requires (``Authorization: Bearer``).
     #: None: ``TRACEWIRE_SESSION_TOKEN`` when set, else one generated at start-up.
     session_token: str | None = None
-    #: A local tokenizer directory (``tokenizer.json`` + ``tokenizer_config.json``): when
-    #: set, the composition root serves the proxy token-in/token-out (``tracewire.tito``)
-    #: instead of the chat pass-through. None: pass-through.
-    tokenizer: str | None = None
-    #: The token-in endpoint used with ``tokenizer``: ``completions`` (vLLM
-    #: ``/v1/completions``), ``generate`` (vLLM ``/inference/v1/generate``) or ``sglang``.
-    upstream_api: str = "completions"
     request_hooks: list[RequestHook] = field(default_factory=list)
     response_hooks: list[ResponseHook] = field(default_factory=list)
