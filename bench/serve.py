@@ -22,7 +22,10 @@ With ``--curve`` it measures what ZMQ CURVE (encryption and per-peer authenticat
 sockets, docs/CLUSTER.md) costs: two `tracewire serve standin` with a TCP worker endpoint,
 one with CURVE (the default) and one with ``--no-curve``, the same client, runs interleaved;
 both on the direct data path (the default on one host) and on the broker path (every token
-byte crosses two CURVE sockets, as with remote workers).
+byte crosses two CURVE sockets, as with remote workers). In the same run it measures the
+floor (``_zmq_floor``): the broker path's messages, same count and size, through a bare
+two-hop pyzmq relay with CURVE on and off, so what CURVE adds to ours reads against what it
+adds to bytes that nothing but libzmq touches.
 """
 
 from __future__ import annotations
@@ -48,6 +51,7 @@ from pydantic import BaseModel, Field
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _common import emit
+from _zmq_floor import Floor
 from tracewire import WorkerDiedError
 from tracewire.codec import record_bytes
 from tracewire.serve import EnvClient
@@ -235,7 +239,7 @@ async def main(runs: int, episodes: int, inline: bool, tune: bool) -> None:
             # round trip yields is one a trainer can use right away (the baseline's lists are).
             res = await client.run(task)
             for t in res.episode.traces:
-                t.tokens.arrays()
+                t.columns.arrays()
             return res
 
         for _ in range(3):  # warm up both paths
@@ -315,7 +319,7 @@ async def main_backends(runs: int, episodes: int) -> None:
         async def one(client: EnvClient, task: dict[str, int]) -> Any:
             res = await client.run(task)
             for t in res.episode.traces:
-                t.tokens.arrays()
+                t.columns.arrays()
             return res
 
         big, small = {"turns": 1000, "tokens": TOKENS}, {"turns": 10, "tokens": TOKENS}
@@ -367,6 +371,33 @@ def _cpu_s(pids: list[int]) -> float:
     return total / os.sysconf("SC_CLK_TCK")
 
 
+async def _message_shape(client: EnvClient, one: Any, task: dict[str, int]) -> tuple[int, int]:
+    """(messages, bytes per message) one episode of ``task`` takes from worker to client."""
+    seen = [0, 0, 0]
+    # Counting only: the bench wraps the client's per-message hook on this one instance.
+    inner = client._on_message
+
+    def count(addr: str, frames: list[Any]) -> None:
+        seen[0] += 1
+        seen[1] += sum(f.buffer.nbytes for f in frames)
+        seen[2] += len(frames)
+        inner(addr, frames)
+
+    client._on_message = count  # type: ignore[method-assign]
+    try:
+        await one(client, task)
+    finally:
+        del client._on_message
+    print(f"# {task}: {seen[2]} frames in {seen[0]} messages", file=sys.stderr)
+    return seen[0], max(1, seen[1] // max(1, seen[0]))
+
+
+def _emit_vs_floor(case: str, metric: str, ours: float, floor: float, runs: int) -> None:
+    """What CURVE adds to ours beside what it adds to the bare relay (ratio > 1: we add less)."""
+    emit("serve_curve", case, metric, "ms" if metric.endswith("_ms") else "us", ours, floor,
+         "lower", runs)
+
+
 async def main_curve(runs: int, episodes: int) -> None:
     serve = [sys.executable, "-m", "tracewire", "serve", "standin", "--address",
              "tcp://127.0.0.1:0", "--worker-address", "tcp://127.0.0.1:0"]
@@ -385,13 +416,17 @@ async def main_curve(runs: int, episodes: int) -> None:
         async def one(client: EnvClient, task: dict[str, int]) -> Any:
             res = await client.run(task)
             for t in res.episode.traces:
-                t.tokens.arrays()
+                t.columns.arrays()
             return res
 
         big, small = {"turns": 1000, "tokens": TOKENS}, {"turns": 10, "tokens": TOKENS}
         for c in clients.values():
             for _ in range(3):
                 await one(c, small)
+        shape = {name: await _message_shape(clients["plain_broker"], one, task)
+                 for name, task in (("big", big), ("small", small))}
+        print("# message shape (messages, bytes each):", shape, file=sys.stderr)
+        floors = {"floor_curve": Floor(curve=True), "floor_plain": Floor(curve=False)}
         # Server side: the broker process and its worker processes.
         procs = {"curve": curve_proc.pid, "plain": plain_proc.pid}
         pids: dict[str, list[int]] = {}
@@ -407,6 +442,10 @@ async def main_curve(runs: int, episodes: int) -> None:
                 cpu[name] += _cpu_s(pids[name]) + time.process_time() - before
                 assert len(res.episode.traces[0].nodes) == 2000
                 rt[name].append(ms)
+            for name, f in floors.items():
+                before = _cpu_s(f.pids) + time.process_time()
+                rt.setdefault(name, []).append(await f.episode(*shape["big"]))
+                cpu[name] = cpu.get(name, 0.0) + _cpu_s(f.pids) + time.process_time() - before
         med = {k: statistics.median(v) for k, v in rt.items()}
         for path, sfx in (("", "direct"), ("_broker", "broker_path")):
             emit("serve_curve", f"turns_1000_{sfx}", "cpu_ms_per_episode", "ms",
@@ -416,17 +455,35 @@ async def main_curve(runs: int, episodes: int) -> None:
              med["plain"], "lower", runs)
         emit("serve_curve", "turns_1000_broker_path", "round_trip_ms", "ms",
              med["curve_broker"], med["plain_broker"], "lower", runs)
+        # The floor: the same bytes in the same messages through a bare two-hop relay.
+        emit("serve_curve", "turns_1000_floor_relay", "round_trip_ms", "ms",
+             med["floor_curve"], med["floor_plain"], "lower", runs)
+        emit("serve_curve", "turns_1000_floor_relay", "cpu_ms_per_episode", "ms",
+             cpu["floor_curve"] / runs * 1e3, cpu["floor_plain"] / runs * 1e3, "lower", runs)
+        _emit_vs_floor("turns_1000_broker_path_vs_floor", "curve_added_round_trip_ms",
+                       med["curve_broker"] - med["plain_broker"],
+                       med["floor_curve"] - med["floor_plain"], runs)
         tp: dict[str, list[float]] = {k: [] for k in clients}
         for _ in range(runs):
             for name, c in clients.items():
                 tp[name].append(await _throughput(lambda c=c: one(c, small), episodes, 4))
+            for name, f in floors.items():
+                tp.setdefault(name, []).append(
+                    await _throughput(lambda f=f: f.episode(*shape["small"]), episodes, 4))
         eps = {k: statistics.median(v) for k, v in tp.items()}
+        emit("serve_curve", "ten_turn_episodes_4_inflight_floor_relay", "episodes_per_s",
+             "1/s", eps["floor_curve"], eps["floor_plain"], "higher", runs)
+        _emit_vs_floor("ten_turn_episodes_broker_path_vs_floor", "curve_added_us_per_episode",
+                       1e6 / eps["curve_broker"] - 1e6 / eps["plain_broker"],
+                       1e6 / eps["floor_curve"] - 1e6 / eps["floor_plain"], runs)
         emit("serve_curve", "ten_turn_episodes_4_inflight_direct", "episodes_per_s", "1/s",
              eps["curve"], eps["plain"], "higher", runs)
         emit("serve_curve", "ten_turn_episodes_4_inflight_broker_path", "episodes_per_s",
              "1/s", eps["curve_broker"], eps["plain_broker"], "higher", runs)
         for c in clients.values():
             await c.close()
+        for f in floors.values():
+            f.close()
     finally:
         for p in (curve_proc, plain_proc):
             p.terminate()

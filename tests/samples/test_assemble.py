@@ -12,6 +12,7 @@ from tracewire.samples import (
     assemble,
     default_picker,
     default_postprocess,
+    hook_name,
 )
 
 from .builders import complete, fail, golden, prompt
@@ -334,9 +335,32 @@ def test_hooks_errors_name_the_hook() -> None:
     assert one(assemble(t, picker=lambda tr, leaves: [])).empty_reason == "none_picked"
 
 
+def test_hook_name_is_short_for_records_and_qualified_for_errors() -> None:
+    # The proxy records request/response hooks in Call.hooks by their short name; hook
+    # errors name the qualified one. One function serves both (samples.hook_name).
+    def inner(trace: Trace, leaves: list[int]) -> list[int]:
+        return leaves
+
+    class Picky:
+        def __call__(self, trace: Trace, leaves: list[int]) -> list[int]:
+            return leaves
+
+        def __repr__(self) -> str:
+            return "Picky()"
+
+    assert hook_name(inner) == "inner"
+    assert hook_name(inner, qualified=True).endswith("<locals>.inner")
+    assert hook_name(Picky()) == hook_name(Picky(), qualified=True) == "Picky()"
+    with pytest.raises(HookError, match=r"<locals>\.bad_pick raised"):
+        def bad_pick(trace: Trace, leaves: list[int]) -> list[int]:
+            raise ValueError("no")
+
+        assemble(golden(), picker=bad_pick)
+
+
 def test_hooks_cannot_write_into_the_trace() -> None:
     t = golden()
-    before = t.tokens.mask.copy()
+    before = t.columns.mask.copy()
 
     def scribble(trace: Trace, samples: list[Sample]) -> list[Sample]:
         samples[0].loss_mask[:] = 7
@@ -344,7 +368,7 @@ def test_hooks_cannot_write_into_the_trace() -> None:
 
     with pytest.raises(HookError, match="scribble"):
         assemble(t, postprocess=scribble)
-    assert np.array_equal(t.tokens.mask, before)
+    assert np.array_equal(t.columns.mask, before)
 
 
 def test_builder_streams_and_matches_one_shot() -> None:
@@ -366,7 +390,7 @@ def test_builder_streams_and_matches_one_shot() -> None:
     got, want = b.samples(picker=None), assemble(t, picker=None)
     assert len(got) == 2 and all(x.equals(y) for x, y in zip(got, want, strict=True))
     s = b.summary()
-    assert (s["turns"], s["branches"], s["tokens"]) == (7, 2, len(t.tokens))
+    assert (s["turns"], s["branches"], s["tokens"]) == (7, 2, len(t.columns))
     b.close()
     b.close()  # idempotent
     complete(t, p, [98], [-1], "stop")

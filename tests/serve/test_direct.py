@@ -35,7 +35,7 @@ async def test_local_client_gets_episode_data_past_the_broker() -> None:
                     "the broker to count both runs")
     # Both paths deliver the same episode (ids differ; compare the traces' content).
     a, b = direct.episode.traces[0], brokered.episode.traces[0]
-    assert (a.tokens.ids == b.tokens.ids).all() and len(a.nodes) == len(b.nodes) == 60
+    assert (a.columns.ids == b.columns.ids).all() and len(a.nodes) == len(b.nodes) == 60
     assert direct.wire_bytes < 1.05 * len(record_bytes(direct.episode))
 
 
@@ -94,3 +94,18 @@ def test_loopback_id_is_shared_by_processes_of_one_namespace() -> None:
                           "loopback_id; print(loopback_id())"], capture_output=True, text=True,
                          check=True, timeout=60)
     assert here is not None and ":" in here and out.stdout.strip() == here
+
+
+@pytest.mark.parametrize("direct", [True, False])
+async def test_the_episode_a_client_assembles_re_encodes_to_the_workers_bytes(
+        direct: bool) -> None:
+    # compose stores a served episode by re-encoding what the client assembled from the
+    # deltas (run.append(res.episode)): that must be the worker's own encoding, byte for byte.
+    async with serving() as srv, client_of(srv, direct=direct) as client:
+        res = await client.run({"turns": 6, "tokens": 300, "delay": 0.01},
+                               on_delta=lambda d, ep: None, keep_frames=True)
+        plain = await client.run({"turns": 4, "tokens": 50}, keep_frames=True)
+    assert res.deltas >= 2 and plain.deltas == 0
+    for r in (res, plain):
+        assert r.frames is not None
+        assert record_bytes(r.episode) == b"".join(frames_to_record(r.frames))

@@ -17,11 +17,11 @@ from typing import Protocol
 
 from ..env import Environment, Task, close_http_client, http_client, run_rollout
 from ..proxy import Proxy, ProxyConfig
-from ..store import Run
+from ..store import RunWriter
 from ..trace import Episode
+from ._model_server import model_server
 from ._options import BACKENDS, Backend, RolloutPlan, ServePlan
 from ._tito import make_upstream
-from ._upstream import model_server
 
 __all__ = ["BACKENDS", "Backend", "RolloutPlan", "Rollouts", "ServePlan", "rollouts"]
 
@@ -33,7 +33,7 @@ class Rollouts(Protocol):
     #: The model name the rollouts ask for.
     model: str
 
-    async def rollout(self, run: Run, task: Task, episode: Episode) -> Episode:
+    async def rollout(self, run: RunWriter, task: Task, episode: Episode) -> Episode:
         """Run ``task`` into ``episode`` and persist it in ``run``; returns the finished
         episode (never raises for rollout failures, which are recorded on it)."""
         ...
@@ -50,7 +50,7 @@ class LocalRollouts:
         self.upstream = upstream
         self.model = model
 
-    async def rollout(self, run: Run, task: Task, episode: Episode) -> Episode:
+    async def rollout(self, run: RunWriter, task: Task, episode: Episode) -> Episode:
         """One in-process rollout, journaled while in flight and appended when done."""
         journal = run.journal(episode)
         try:
@@ -72,9 +72,10 @@ async def local_rollouts(env: Environment, plan: RolloutPlan) -> AsyncIterator[L
         plan.base_url, plan.model, plan.api_key, seed=plan.seed,
         max_model_len=plan.max_model_len,
     ) as (upstream, model):
-        config = ProxyConfig(upstream_api_key=plan.api_key, tokenizer=plan.tokenizer,
-                             upstream_api=plan.upstream_api)
-        async with Proxy(make_upstream(upstream, config, model=model), config=config) as proxy:
+        config = ProxyConfig(upstream_api_key=plan.api_key)
+        up = make_upstream(upstream, config, model=model, tokenizer=plan.tokenizer,
+                           upstream_api=plan.upstream_api)
+        async with Proxy(up, config=config) as proxy:
             # Made (and the SDK imported) off the loop before the first rollout needs it.
             if env.harness.uses_sdk:
                 await http_client()
@@ -85,7 +86,7 @@ async def local_rollouts(env: Environment, plan: RolloutPlan) -> AsyncIterator[L
 
 
 def rollouts(
-    backend: Backend, env: Environment, plan: RolloutPlan, serve: ServePlan | None = None
+    backend: Backend | str, env: Environment, plan: RolloutPlan, serve: ServePlan | None = None
 ) -> contextlib.AbstractAsyncContextManager[Rollouts]:
     """Start the ``backend`` for ``env`` (``ValueError`` for an unknown one); ``serve``
     sets up the env-server backends (``process``, ``ray``); with ``plan.engine`` the engine
@@ -95,9 +96,9 @@ def rollouts(
         from ._engine import with_engine
 
         return with_engine(plan, lambda served: rollouts(backend, env, served, serve))
-    if backend == "local":
+    if backend == Backend.LOCAL:
         return local_rollouts(env, plan)
-    if backend in ("process", "ray"):
+    if backend in (Backend.PROCESS, Backend.RAY):
         # Imported here: the serve part (and its ZMQ) only when an env server is used.
         from ._backend_serve import serve_rollouts
 

@@ -6,7 +6,8 @@ ids and logprobs, relays the answer (streamed as it arrives), and commits each t
 the session's :class:`~tracewire.trace.Trace` as described in docs/CONTRACTS.md.
 """
 
-from ._cli import COMMAND, proxy_command
+from ._cli import COMMAND, UpstreamOptions, proxy_command
+from ._collector import SampleCollector
 from ._config import ProxyConfig, RequestHook, ResponseHook
 from ._server import Proxy
 from ._session import Session, SessionRegistry
@@ -25,12 +26,14 @@ __all__ = [
     "ProxyConfig",
     "RequestHook",
     "ResponseHook",
+    "SampleCollector",
     "Session",
     "SessionAPI",
     "SessionRegistry",
     "StreamChunk",
     "TurnContext",
     "Upstream",
+    "UpstreamOptions",
     "UpstreamReply",
     "UpstreamRequest",
     "add_session_routes",

@@ -9,10 +9,13 @@ from typing import Any
 
 import orjson
 
-from ._dialect import Adapter, HarnessRequest, Streamer, up_from_dict
-from ._graph import Outcome
-from ._http import BadRequest, sse
+from ..trace import Endpoint
+from ._dialect import Adapter, up_from_dict
+from ._http import BadRequest, Dialect, sse
 from ._rawjson import RawSpan
+from ._render import Streamer
+from ._request import HarnessRequest
+from ._turn_types import Outcome
 from ._validate import (
     check_depth,
     exact_arguments,
@@ -323,8 +326,8 @@ class _ResponsesStreamer(Streamer):
 class ResponsesAdapter(Adapter):
     """OpenAI Responses, translated to chat completions upstream and back."""
 
-    endpoint = "responses"
-    dialect = "openai"
+    endpoint = Endpoint.RESPONSES
+    dialect = Dialect.OPENAI
 
     def parse(self, body: bytes, tool_args: Mapping[str, str] | None = None) -> HarnessRequest:
         return parse(body, tool_args)

@@ -1,10 +1,10 @@
-"""The interception proxy's app: lifecycle, routes and auth (turns: ``_turn``/``_stream``)."""
+"""The interception proxy's app: lifecycle, routes and auth; each turn is handed whole to the
+turn pipeline (``_turn``)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import hmac
 import logging
 import secrets
 from collections.abc import Callable
@@ -16,16 +16,24 @@ from aiohttp import web
 from .._errors import ProxyError, SessionError, UpstreamError
 from .._memory import tune_allocator
 from ..sessions import SessionSpec, token_from_env
-from ..trace import Call, Trace
+from ..trace import Endpoint, Trace
 from ._anthropic import AnthropicAdapter
 from ._config import ProxyConfig
 from ._dialect import Adapter, ChatAdapter
-from ._http import BadRequest, error_response
+from ._http import (
+    BadRequest,
+    Dialect,
+    bearer,
+    check_length,
+    content_type,
+    error_response,
+    read_body,
+    secret_matches,
+)
 from ._responses import ResponsesAdapter
 from ._session import Session, SessionRegistry
-from ._session_api import add_session_routes
-from ._stream import relay_stream
-from ._turn import Turn, TurnPipeline
+from ._session_api import SESSION_API_KEY, add_session_routes
+from ._turn import TurnPipeline
 from ._upstream_api import Upstream
 from ._upstream_http import HttpUpstream
 
@@ -72,15 +80,15 @@ class Proxy:
         self._sweeper: asyncio.Task[None] | None = None
         self._url = ""
         tf = self.config.token_fields
-        self._adapters: dict[str, Adapter] = {
-            "chat": ChatAdapter(tf), "responses": ResponsesAdapter(tf),
-            "messages": AnthropicAdapter(tf),
+        self._adapters: dict[Endpoint, Adapter] = {
+            Endpoint.CHAT: ChatAdapter(tf), Endpoint.RESPONSES: ResponsesAdapter(tf),
+            Endpoint.MESSAGES: AnthropicAdapter(tf),
         }
         for prefix in ("/v1", "/sessions/{sid}/v1"):
             r = self.app.router
-            r.add_post(prefix + "/chat/completions", self._handler("chat"))
-            r.add_post(prefix + "/responses", self._handler("responses"))
-            r.add_post(prefix + "/messages", self._handler("messages"))
+            r.add_post(prefix + "/chat/completions", self._handler(Endpoint.CHAT))
+            r.add_post(prefix + "/responses", self._handler(Endpoint.RESPONSES))
+            r.add_post(prefix + "/messages", self._handler(Endpoint.MESSAGES))
             r.add_post(prefix + "/messages/count_tokens", self._count_tokens)
             r.add_get(prefix + "/models", self._models)
 
@@ -129,11 +137,22 @@ class Proxy:
     async def __aexit__(self, *exc: object) -> None:
         await self.stop()
 
+    def sweep(self) -> None:
+        """Drop expired sessions, then the session API's state of sessions that are gone
+        (the proxy's one periodic sweep runs this; calling it by hand is harmless)."""
+        self.registry.sweep()
+        api = self.app.get(SESSION_API_KEY)
+        if api is not None:
+            api.sweep()
+
     async def _sweep(self) -> None:
         period = max(1.0, min(30.0, self.config.session_ttl_s / 4))
         while True:
             await asyncio.sleep(period)
-            self.registry.sweep()
+            try:
+                self.sweep()
+            except Exception:  # a failed sweep must not end the sweeping
+                log.exception("proxy sweep failed")
 
     # -- sessions --------------------------------------------------------------------------
     def create_session(
@@ -171,10 +190,8 @@ class Proxy:
         await self._pipeline.finish(self.registry.get(session_id))
 
     def _auth(self, request: web.Request) -> Session:
-        auth = request.headers.get("Authorization", "")
-        secret = auth[7:].strip() if auth[:7].lower() == "bearer " else ""
-        secret = secret or request.headers.get("x-api-key", "")
-        if not secret.isascii():  # secrets are ASCII; others cannot match (nor encode)
+        secret = bearer(request) or request.headers.get("x-api-key", "")
+        if not secret.isascii():  # secrets are ASCII; no other string can match
             secret = ""
         sid = request.match_info.get("sid")
         if sid is not None:
@@ -182,7 +199,7 @@ class Proxy:
                 s = self.registry.get(sid)
             except SessionError as exc:
                 raise BadRequest(404, str(exc)) from exc
-            if not secret or not hmac.compare_digest(secret.encode(), s.secret.encode()):
+            if not secret_matches(secret, s.secret):
                 raise BadRequest(401, "invalid or missing session secret")
         else:
             found = self.registry.by_secret(secret) if secret else None
@@ -194,25 +211,16 @@ class Proxy:
 
     async def _body(self, request: web.Request) -> bytes:
         limit = self.config.max_body_bytes
-        if request.content_length is not None and request.content_length > limit:
-            raise BadRequest(413, f"request body over {limit} bytes")
-        # Plain string work: aiohttp's content_type property runs a full MIME parser.
-        ctype = request.headers.get("Content-Type", "").partition(";")[0].strip().lower()
+        check_length(request, limit)  # a declared size over the cap is a 413 whatever its type
+        ctype = content_type(request)
         if ctype not in ("application/json", "application/octet-stream", "") and not (
             ctype.endswith("+json")
         ):
             raise BadRequest(415, f"content type must be application/json, not {ctype}")
-        try:
-            return await request.read()
-        except web.HTTPRequestEntityTooLarge as exc:
-            raise BadRequest(413, f"request body over {limit} bytes") from exc
-        except web.RequestPayloadError as exc:  # e.g. Content-Encoding: gzip, body is not
-            request.content.feed_eof()  # nothing more to drain; the connection closes
-            why = getattr(exc.__cause__, "message", "") or str(exc)
-            raise BadRequest(400, f"unreadable request body: {why}", close=True) from exc
+        return await read_body(request, limit)
 
     # -- routes ----------------------------------------------------------------------------
-    def _handler(self, endpoint: str) -> Callable[[web.Request], Any]:
+    def _handler(self, endpoint: Endpoint) -> Callable[[web.Request], Any]:
         adapter = self._adapters[endpoint]
 
         async def handle(request: web.Request) -> web.StreamResponse:
@@ -222,46 +230,38 @@ class Proxy:
                 return e.response(adapter.dialect)
             try:
                 body = await self._body(request)
-                turn = await self._pipeline.prepare(request, adapter, session, body)
             except BadRequest as e:
-                if e.code is None:
-                    # A request the proxy refused still says on the trace why the agent
-                    # stopped; a session limit is already recorded as the trace's stop.
-                    session.graph.fail(Call(endpoint=adapter.endpoint), e.message)
-                return e.response(adapter.dialect)
-            if not isinstance(turn, Turn):
-                return turn
-            if turn.up.stream:
-                return await relay_stream(request, turn, self.config.keepalive_s)
-            return await self._pipeline.unary(request, turn)
+                return self._pipeline.refuse(session, adapter, e)
+            return await self._pipeline.run(request, adapter, session, body)
 
         return handle
 
     async def _unknown(self, request: web.Request) -> web.Response:
-        dialect = "anthropic" if "anthropic-version" in request.headers else "openai"
+        dialect = Dialect.ANTHROPIC if "anthropic-version" in request.headers else Dialect.OPENAI
         return error_response(dialect, 404, f"no route {request.method} {request.path}")
 
     async def _models(self, request: web.Request) -> web.Response:
         try:
             self._auth(request)
         except BadRequest as e:
-            return e.response("openai")
+            return e.response(Dialect.OPENAI)
         try:
             data = await self.upstream.models()
         except UpstreamError as exc:
-            return error_response("openai", 502, str(exc))
+            return error_response(Dialect.OPENAI, 502, str(exc))
         return web.Response(body=data, content_type="application/json")
 
     async def _count_tokens(self, request: web.Request) -> web.Response:
         try:
             self._auth(request)
             body = await self._body(request)
-            up = await self._pipeline.offload(len(body), self._adapters["messages"].parse, body)
+            parse = self._adapters[Endpoint.MESSAGES].parse
+            up = await self._pipeline.offload(len(body), parse, body)
         except BadRequest as e:
-            return e.response("anthropic")
+            return e.response(Dialect.ANTHROPIC)
         try:
             n = await self.upstream.count_tokens(up.as_dict())
         except UpstreamError as exc:
-            return error_response("anthropic", 502, str(exc))
+            return error_response(Dialect.ANTHROPIC, 502, str(exc))
         return web.Response(body=orjson.dumps({"input_tokens": n}),
                             content_type="application/json")

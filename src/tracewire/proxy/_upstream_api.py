@@ -14,7 +14,6 @@ pass-through (token-in/token-out over an engine, a mock) answers in the same sha
 
 from __future__ import annotations
 
-import asyncio
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
@@ -25,6 +24,7 @@ import orjson
 from numpy.typing import NDArray
 
 from ..trace import Trace
+from ._offload import offload
 from ._rawjson import RawSpan
 
 __all__ = ["StreamChunk", "TurnContext", "Upstream", "UpstreamReply", "UpstreamRequest"]
@@ -126,7 +126,8 @@ class Upstream(ABC):
     4xx it gave, else 502) and a message fit for the harness (the upstream's own message
     when it gave one)."""
 
-    #: Bodies above this size are parsed in a worker thread (see :meth:`offload`).
+    #: Reply bodies above this size are parsed in a worker thread (see :meth:`offload`);
+    #: the proxy's own requests follow ``ProxyConfig.thread_threshold_bytes``.
     thread_threshold_bytes: int = 256 * 1024
     #: Whether requests carry a :class:`TurnContext` (costs a copy of the matched ids).
     wants_context: bool = False
@@ -168,6 +169,4 @@ class Upstream(ABC):
     async def offload(self, size: int, fn: Callable[..., T], *args: Any) -> T:
         """``fn(*args)``, in a worker thread when ``size`` (bytes) is over
         :attr:`thread_threshold_bytes`, so big bodies never stall the event loop."""
-        if size > self.thread_threshold_bytes:
-            return await asyncio.to_thread(fn, *args)
-        return fn(*args)
+        return await offload(size, self.thread_threshold_bytes, fn, *args)

@@ -10,7 +10,7 @@ import orjson
 
 from .._errors import UpstreamError
 from ._http1 import Http1Pool, lean_url
-from ._upstream import cut_ok, cut_prompt, loads_split
+from ._prompt_cut import cut_ok, cut_prompt, loads_split
 from ._upstream_api import StreamChunk, Upstream, UpstreamReply, UpstreamRequest
 
 __all__ = ["HttpUpstream", "upstream_message"]

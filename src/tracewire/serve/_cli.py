@@ -12,12 +12,12 @@ from typing import Any
 
 import msgspec
 
-from .._command import Command
+from .._command import Command, parse_worker_resources
 from .._errors import EnvError, ServeError
 from .._memory import tune_allocator
 from ._broker import EnvServer
 from ._config import DEFAULT_ADDRESS, ServerConfig
-from ._open import WORKER_BACKENDS, make_pool
+from ._open import WORKER_BACKENDS, WorkerBackend, make_pool
 from ._runner import RunnerFactory
 
 __all__ = ["COMMAND", "HELP", "configure", "run", "serve_command"]
@@ -47,7 +47,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="on shutdown, seconds to let in-flight runs finish (default 30)")
     parser.add_argument("--idle", type=float, default=d.idle_s,
                         help="stop a surplus worker idle this long (default %(default)s s)")
-    parser.add_argument("--backend", choices=WORKER_BACKENDS, default="process",
+    parser.add_argument("--backend", choices=WORKER_BACKENDS, default=WorkerBackend.PROCESS.value,
                         help="where workers run: local processes (default), tasks in the "
                              "server process ('inline'), or Ray actors ('ray', needs the "
                              "tracewire[ray] extra)")
@@ -112,16 +112,6 @@ def _options(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
-def _resources(text: str | None) -> dict[str, float] | None:
-    if text is None:
-        return None
-    try:
-        value = msgspec.json.decode(text, type=dict[str, float])
-    except msgspec.DecodeError as exc:
-        raise ValueError(f"--worker-resources is not a JSON object of numbers: {exc}") from exc
-    return value
-
-
 def _client_keys(path: str | None) -> list[str]:
     if path is None:
         return []
@@ -130,8 +120,8 @@ def _client_keys(path: str | None) -> list[str]:
 
 
 async def _serve(args: argparse.Namespace, default_factory: RunnerFactory | None) -> int:
-    backend = "inline" if args.inline else args.backend
-    hb_timeout = args.heartbeat_timeout or (2.0 if backend == "ray" else
+    backend = WorkerBackend.INLINE if args.inline else WorkerBackend(args.backend)
+    hb_timeout = args.heartbeat_timeout or (2.0 if backend is WorkerBackend.RAY else
                                             ServerConfig().heartbeat_timeout)
     cfg = ServerConfig(workers=args.workers, max_workers=args.max_workers,
                        max_inflight=args.max_inflight, max_queue=args.max_queue,
@@ -141,7 +131,7 @@ async def _serve(args: argparse.Namespace, default_factory: RunnerFactory | None
                        client_key_file=args.client_key_file,
                        client_keys=_client_keys(args.client_keys))
     pool = make_pool(backend, ray_address=args.ray_address, worker_cpus=args.worker_cpus,
-                     worker_resources=_resources(args.worker_resources))
+                     worker_resources=parse_worker_resources(args.worker_resources))
     # Before serving and on the main thread, where Ray wants to be initialised.
     pool.prepare()
     # The stand-in is serve's own; any other environment runs with the injected default.

@@ -14,12 +14,14 @@ from .._errors import DecodeError
 from ..codec import decode_json, encode_json
 from ..trace import Episode
 from ._layout import store_error
+from ._reader import RunReader
 from ._run import Run
+from ._status import FsyncPolicy, RunStatus
 
 __all__ = ["export_jsonl", "export_parquet", "import_jsonl", "sample_rows"]
 
 
-def export_jsonl(run: Run, out: IO[bytes], **filters: Any) -> int:
+def export_jsonl(run: RunReader, out: IO[bytes], **filters: Any) -> int:
     """Write one JSON line per episode (columns as lists); returns the count."""
     n = 0
     for ep in run.episodes(**filters):
@@ -48,7 +50,7 @@ def sample_rows(ep: Episode) -> Iterator[dict[str, Any]]:
             }
 
 
-def _samples_table(run: Run, filters: dict[str, Any]) -> Any:
+def _samples_table(run: RunReader, filters: dict[str, Any]) -> Any:
     import pyarrow as pa
 
     rows = [r for ep in run.episodes(**filters) for r in sample_rows(ep)]
@@ -65,7 +67,7 @@ def _samples_table(run: Run, filters: dict[str, Any]) -> Any:
 
 
 def export_parquet(
-    run: Run, out: Path, *, samples: bool = False, **filters: Any
+    run: RunReader, out: Path, *, samples: bool = False, **filters: Any
 ) -> list[Path]:
     """Write the index to ``out`` (and with ``samples`` one row per branch to
     ``<out>.samples.parquet``); returns the files written."""
@@ -107,7 +109,8 @@ def _read_episode(f: IO[bytes], src: Path, lineno: int) -> Episode | None:
     return ep
 
 
-async def import_jsonl(src: Path, run_dir: Path, *, fsync: str = "interval") -> int:
+async def import_jsonl(src: Path, run_dir: Path, *,
+                       fsync: FsyncPolicy | str = FsyncPolicy.INTERVAL) -> int:
     """Append every episode of a JSONL export to the run at ``run_dir`` (created or resumed)."""
     try:
         f = await asyncio.to_thread(open, src, "rb")
@@ -118,7 +121,7 @@ async def import_jsonl(src: Path, run_dir: Path, *, fsync: str = "interval") -> 
         run = await Run.create(run_dir, meta={"imported_from": str(src)}, fsync=fsync,
                                resume=resume)
         n = 0
-        status = "interrupted"
+        status = RunStatus.INTERRUPTED
         try:
             while True:
                 # Parsing a big line takes a while; keep it off the loop as well.
@@ -127,7 +130,7 @@ async def import_jsonl(src: Path, run_dir: Path, *, fsync: str = "interval") -> 
                     break
                 await run.append(ep)
                 n += 1
-            status = "complete"
+            status = RunStatus.COMPLETE
         finally:
             await run.close(status)
     return n

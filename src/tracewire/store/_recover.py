@@ -2,7 +2,7 @@
 
 Readers never change a file: they open the index read-only (``mode=ro``; on a read-only
 directory or mount, where SQLite cannot create the WAL's shared-memory file, as
-``immutable``) and report problems (``Run.verify``) instead of repairing them. A run closed
+``immutable``) and report problems (``RunReader.verify``) instead of repairing them. A run closed
 cleanly is not in WAL mode at all (:func:`seal_index`), so its ``index.sqlite`` alone holds
 every row wherever it is copied. Recovery runs
 only in a writer (``Run.create(resume=True)``) or in a repair a person asks for
@@ -21,9 +21,11 @@ import time
 from typing import Any
 
 from ..codec import record_info
+from ..trace import InfoKey
 from ._encode import episode_parts
 from ._journal import read_journal
 from ._layout import Layout, fsync_dir, read_meta, store_error, write_meta
+from ._rows import row_from_header
 from ._schema import (
     COLUMNS,
     INDEX_VERSION,
@@ -33,7 +35,6 @@ from ._schema import (
     create_sql,
     insert_sql,
     row_crc,
-    row_from_header,
     select_list,
 )
 from ._segments import recover_segments, write_parts
@@ -199,7 +200,7 @@ def recover(layout: Layout) -> dict[str, int]:
                     "SELECT COUNT(*) FROM episodes WHERE episode_id = ?", (ep.id,)
                 ).fetchone()
                 if not known:
-                    ep.info = {**ep.info, "incomplete": True}
+                    ep.info = {**ep.info, InfoKey.INCOMPLETE: True}
                     _store_incomplete(layout, conn, episode_parts(ep, lambda: None))
                     recovered += 1
                 else:

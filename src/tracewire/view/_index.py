@@ -3,10 +3,10 @@
 The store's index has SQL indexes for lookups (id, task, env, status) but not for every
 ordering a person clicks on; ``ORDER BY reward LIMIT 50 OFFSET 50000`` over 100,000 rows
 costs SQLite a second. So the viewer keeps the few columns it sorts and filters on as numpy
-arrays (about 80 bytes a row), appends new rows by ``seq`` (``Run.index_since``: the index
+arrays (about 80 bytes a row), appends new rows by ``seq`` (``RunReader.index_since``: the index
 is append-ordered), and answers a page with a vectorized filter, one cached sort per
-ordering, and a fetch of the page's 50 rows by ``seq`` (``Run.index_at``). All reads go
-through the store's read-only ``Run``; the viewer has no SQL of its own.
+ordering, and a fetch of the page's 50 rows by ``seq`` (``RunReader.index_at``). All reads go
+through the store's ``RunReader``; the viewer has no SQL of its own.
 """
 
 from __future__ import annotations
@@ -19,15 +19,16 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from ..store import COLUMNS, Run
+from ..store import COLUMNS, RunReader
+from ..trace import InfoKey
 from ._cache import LRU
 
 __all__ = ["NUMERIC", "OPTIONAL", "RANGED", "ROW_COLUMNS", "SORTABLE", "TEXT", "IndexQuery",
            "IndexTable", "Snapshot"]
 
-#: Trainer and token-in/token-out columns, shown when this build's index has them (a run
-#: written by a build without them reads them as null).
-OPTIONAL = tuple(c for c in ("step", "policy_version", "tito_mismatch")
+#: Trainer and token-in/token-out columns (named for the ``info`` keys they copy), shown when
+#: this build's index has them (a run written by a build without them reads them as null).
+OPTIONAL = tuple(c for c in (InfoKey.STEP, InfoKey.POLICY_VERSION, InfoKey.TITO_MISMATCH)
                  if COLUMNS.get(c, "TEXT").split()[0] in ("INTEGER", "REAL"))
 #: Numeric columns kept in memory (sortable, range-filterable).
 NUMERIC = ("reward", "turns", "n_tokens", "errors", "duration", "started", "group_index",
@@ -111,9 +112,9 @@ class _Cats:
 
 class IndexTable:
     """The viewer's table of a run's index, read through ``run()`` (the store's read-side
-    ``Run``, opened on first use); thread-safe, read-only."""
+    ``RunReader``, opened on first use); thread-safe, read-only."""
 
-    def __init__(self, run: Callable[[], Run]) -> None:
+    def __init__(self, run: Callable[[], RunReader]) -> None:
         self._run = run
         self._lock = threading.Lock()
         self._reset()
@@ -143,7 +144,7 @@ class IndexTable:
             self._orders.clear()
             self._sorted.clear()
 
-    def _store(self) -> Run:
+    def _store(self) -> RunReader:
         return self._run()
 
     # -- the in-memory copy --------------------------------------------------------------
@@ -297,7 +298,7 @@ class IndexTable:
         with self._lock:
             step = self._num["step"] if "step" in self._num else np.empty(0)
             reward = self._num["reward"]
-            mism = self._num.get("tito_mismatch")
+            mism = self._num.get(InfoKey.TITO_MISMATCH)
         has = ~np.isnan(step)
         if not bool(has.any()):
             return {"step": [], "reward": [], "n": []}
@@ -316,7 +317,7 @@ class IndexTable:
             "n": np.bincount(inverse, minlength=len(steps)).tolist(),
         }
         if mism is not None and bool(np.any(~np.isnan(mism[has]))):
-            out["tito_mismatch"] = mean_of(mism)
+            out[InfoKey.TITO_MISMATCH] = mean_of(mism)
         return out
 
     def stats(self, bins: int) -> dict[str, Any]:
