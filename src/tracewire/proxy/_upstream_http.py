@@ -9,7 +9,6 @@ import aiohttp
 import orjson
 
 from .._errors import UpstreamError
-from ._http1 import Http1Pool, lean_url
 from ._prompt_cut import cut_ok, cut_prompt, loads_split
 from ._upstream_api import StreamChunk, Upstream, UpstreamReply, UpstreamRequest
 
@@ -61,12 +60,7 @@ async def _lines(content: aiohttp.StreamReader) -> AsyncIterator[bytes]:
 
 class HttpUpstream(Upstream):
     """An OpenAI-compatible server at ``base_url`` (e.g. ``http://127.0.0.1:8000/v1``),
-    called with one pooled aiohttp session; ``api_key`` is sent as a bearer token.
-
-    Non-streamed chat calls to a plain ``http://`` server go through a lean keep-alive
-    client (:mod:`._http1`, the same request bytes for a fraction of aiohttp's CPU); up to
-    ``connections`` of those are open beside aiohttp's own pool.
-    """
+    called with one pooled aiohttp session; ``api_key`` is sent as a bearer token."""
 
     def __init__(self, base_url: str, *, api_key: str | None = None, timeout: float = 600.0,
                  connections: int = 1024, thread_threshold_bytes: int = 256 * 1024) -> None:
@@ -78,8 +72,6 @@ class HttpUpstream(Upstream):
         self.connections = connections
         self.thread_threshold_bytes = thread_threshold_bytes
         self._client: aiohttp.ClientSession | None = None
-        self._pool: Http1Pool | None = None
-        self._chat_target = b""
 
     def __repr__(self) -> str:
         return f"HttpUpstream({self.base_url!r})"
@@ -89,16 +81,8 @@ class HttpUpstream(Upstream):
             self._client = aiohttp.ClientSession(
                 connector=aiohttp.TCPConnector(limit=self.connections),
                 timeout=aiohttp.ClientTimeout(total=self.timeout), auto_decompress=True)
-        origin = lean_url(self.base_url + "/chat/completions")
-        if self._pool is None and origin is not None:
-            self._pool = Http1Pool(origin, self.headers, limit=self.connections,
-                                   timeout=self.timeout)
-            self._chat_target = Http1Pool.target(origin)
 
     async def close(self) -> None:
-        if self._pool is not None:
-            self._pool.close()
-            self._pool = None
         if self._client is not None:
             await self._client.close()
             self._client = None
@@ -112,13 +96,10 @@ class HttpUpstream(Upstream):
 
     async def chat(self, request: UpstreamRequest) -> UpstreamReply:
         try:
-            if self._pool is not None:
-                status, data = await self._pool.post(self._chat_target, request.payload)
-            else:
-                async with self.client.post(self.base_url + "/chat/completions",
-                                            data=request.payload, headers=self.headers) as r:
-                    data = await r.read()
-                    status = r.status
+            async with self.client.post(self.base_url + "/chat/completions",
+                                        data=request.payload, headers=self.headers) as r:
+                data = await r.read()
+                status = r.status
         except (aiohttp.ClientError, OSError, TimeoutError) as exc:
             raise _failed(exc) from exc
         if status >= 400:
