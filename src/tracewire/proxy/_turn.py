@@ -94,6 +94,12 @@ class TurnPipeline:
         ``thread_threshold_bytes`` (big bodies never stall the loop)."""
         return await offload(size, self.config.thread_threshold_bytes, fn, *args)
 
+    def inline(self, size: int) -> bool:
+        """Whether a step on ``size`` bytes runs right here on the loop (what
+        :meth:`offload` would do): the steps below call it directly then, which skips two
+        coroutine frames per step (~1.5 µs each, five steps a turn)."""
+        return size <= self.config.thread_threshold_bytes
+
     async def run(self, request: web.Request, adapter: Adapter, session: Session,
                   body: bytes) -> web.StreamResponse:
         """Serve one harness request whose ``body`` was read: the whole turn."""
@@ -147,7 +153,8 @@ class TurnPipeline:
         if cached is not None:
             return await replay(request, cached)
         size = sum(len(r) for r in up.raws) if up.raws is not None else len(body)
-        prep = await self.offload(size, match, session, up)
+        prep = match(session, up) if self.inline(size) else await self.offload(
+            size, match, session, up)
         ctx = context(session, prep) if self.upstream.wants_context else None
         session.trace.set_pending([nm.message for nm in prep.new])
         flags = not_forwarded_flags(session, up.unforwarded)
@@ -166,9 +173,13 @@ class TurnPipeline:
         last committed request byte for byte, only the new ones are parsed and hashed."""
         sp = adapter.splice(body, session.graph.request_cache)
         if sp is not None:
-            up = await self.offload(len(sp.rest), adapter.parse_spliced, sp)
+            n = len(sp.rest)
+            up = adapter.parse_spliced(sp) if self.inline(n) else await self.offload(
+                n, adapter.parse_spliced, sp)
             if up is not None:
                 return up
+        if self.inline(len(body)):
+            return adapter.parse(body, session.tool_args)
         return await self.offload(len(body), adapter.parse, body, session.tool_args)
 
     # -- ask, read, render -----------------------------------------------------------------
@@ -186,7 +197,8 @@ class TurnPipeline:
         size = len(reply.raw) if reply.raw is not None else 0
         if reply.span is not None:
             size -= reply.span.end - reply.span.start  # the ids are read separately
-        out = await self.offload(size, read_reply, d, reply)
+        out = read_reply(d, reply) if self.inline(size) else await self.offload(
+            size, read_reply, d, reply)
         if reply.span is not None:
             out.prompt = await self.read_prompt(turn.session, reply.span)
         return d, out, raw

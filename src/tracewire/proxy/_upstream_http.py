@@ -117,7 +117,8 @@ class HttpUpstream(Upstream):
             if cut is not None:
                 rest, span, name = cut
                 try:
-                    d = await self.offload(len(rest), orjson.loads, rest)
+                    d = orjson.loads(rest) if len(rest) <= self.thread_threshold_bytes \
+                        else await self.offload(len(rest), orjson.loads, rest)
                 except orjson.JSONDecodeError:
                     d = None
                 if cut_ok(d, name):
