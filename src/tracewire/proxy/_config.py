@@ -46,7 +46,8 @@ class ProxyConfig:
     token_fields: dict[str, Any] = field(default_factory=_token_fields)
     #: Bearer token sent to the upstream (hosted APIs); the harness's secret never is.
     upstream_api_key: str | None = None
-    #: Request bodies above this size are parsed and hashed in a worker thread.
+    #: Request bodies above this size are parsed and hashed in a worker thread; an
+    #: upstream given as a URL gets it for its replies (an Upstream object keeps its own).
     thread_threshold_bytes: int = 256 * 1024
     #: Most upstream connections at once (across all sessions).
     upstream_connections: int = 1024
