@@ -66,9 +66,9 @@ def delta_of(events: list[Any], n_calls: int) -> tuple[dict[str, Any], int]:
     calls numbered from ``n_calls``) and the new call count."""
     delta: dict[str, Any] = {}
     for e in events:
-        if e.kind is EventKind.CONTENT:
+        if e.kind == EventKind.CONTENT:
             delta["content"] = delta.get("content", "") + e.text
-        elif e.kind is EventKind.REASONING:
+        elif e.kind == EventKind.REASONING:
             delta["reasoning_content"] = delta.get("reasoning_content", "") + e.text
         elif e.call is not None:
             delta.setdefault("tool_calls", []).append({"index": n_calls, **e.call.as_openai()})

@@ -107,12 +107,12 @@ class TokenSession:
         if cont.turn is not None and self._tools_changed(cont.turn.tools, key):
             cont = Continuation(ContinuationKind.FULL, None, messages, RerenderReason.TOOLS_CHANGED,
                                 cont.chain)
-        if cont.kind is ContinuationKind.SAME and cont.turn is not None:
+        if cont.kind == ContinuationKind.SAME and cont.turn is not None:
             plan = Plan(cont, cont.turn, None, messages)
             plan.point = cont.turn
             return plan
         base = cont.turn
-        if cont.kind is ContinuationKind.BRIDGE and base is not None:
+        if cont.kind == ContinuationKind.BRIDGE and base is not None:
             try:
                 r = self.builder.bridge(base.last_id if base.ended_by_stop else None,
                                         base.length, cont.new, tools)

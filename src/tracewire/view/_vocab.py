@@ -165,7 +165,7 @@ class VocabTable:
         with self._lock:
             if not self._boundary_done:
                 self._boundary_done = True
-                if self.ref.kind is TokenizerKind.DIR:
+                if self.ref.kind == TokenizerKind.DIR:
                     try:
                         self._boundary = _boundary(self._tokenizer())
                     except ValueError:
@@ -186,7 +186,7 @@ class VocabTable:
         if ref.kind is None:
             return {**head, "size": 0, "pieces": [], "special": []}
         try:
-            if ref.kind is TokenizerKind.BUILTIN:
+            if ref.kind == TokenizerKind.BUILTIN:
                 pieces, special = _builtin_table()
             else:
                 pieces, special = _file_table(self._tokenizer())
