@@ -54,7 +54,7 @@ class FixAction(StrEnum):
     #: Rewrite the row in place (it keeps its arrival order).
     REPLACE = "replace"
     #: Index a record that has no row.
-    INSERT = "insert"
+    INDEX = "index"
     #: The index cannot be read: it is moved aside and built anew.
     REBUILD = "rebuild"
 
@@ -208,7 +208,7 @@ def _check_rows(conn: sqlite3.Connection, found: _Found, report: CheckReport
         report.problems.append(Problem(
             "unindexed record", f"segment {key[0]} offset {key[1]}",
             f"episode {want.episode_id!r} has no index row", True))
-        fixes.append((FixAction.INSERT, -1, want))
+        fixes.append((FixAction.INDEX, -1, want))
     return fixes
 
 
