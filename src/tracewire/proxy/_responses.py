@@ -10,10 +10,9 @@ from typing import Any
 import orjson
 
 from ..trace import Endpoint
-from ._dialect import Adapter, up_from_dict
+from ._adapter import Adapter, Streamer, up_from_dict
 from ._http import BadRequest, Dialect, sse
 from ._rawjson import RawSpan
-from ._render import Streamer
 from ._request import HarnessRequest
 from ._turn_types import Outcome
 from ._validate import (

@@ -25,8 +25,8 @@ from .._errors import UpstreamError
 from ..samples import hook_name
 from ..trace import Call, Span
 from . import _commit
+from ._adapter import Adapter
 from ._config import ProxyConfig
-from ._dialect import Adapter
 from ._http import BadRequest, error_response
 from ._match import context, match
 from ._offload import offload
