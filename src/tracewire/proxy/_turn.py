@@ -1,9 +1,10 @@
 """The turn pipeline: one harness request from its body to a committed (or failed) turn.
 
 :class:`TurnPipeline` runs the steps in order, each in its own module and called only from
-here: parse (``_dialect``), match (``_match``), ask the upstream (the
-:class:`~tracewire.proxy.Upstream`), read its answer (``_reply``), render the harness's
-answer (``_render``, or the translated dialect's module), commit (``_commit``). A streamed
+here: parse (``_dialect``; ``_anthropic``, ``_responses`` for the translated dialects), match
+(``_match``), ask the upstream (the :class:`~tracewire.proxy.Upstream`), read its answer
+(``_reply``), render the harness's answer (``_render``; ``_anthropic_render``,
+``_responses_render``), commit (``_commit``). A streamed
 turn runs the same parse, match and commit; its ask, read and render happen per chunk in
 ``_stream``. :class:`Turn` is one exchange's state between the steps. The sequence is
 written down, and checked by a test, in docs/ARCHITECTURE.md ("One turn, one pass").
