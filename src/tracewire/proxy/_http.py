@@ -13,8 +13,8 @@ from aiohttp import web
 
 from .._errors import LimitError, TracewireError
 
-__all__ = ["BadRequest", "Dialect", "bearer", "content_type", "error_body", "error_response",
-           "read_body", "secret_matches", "send_buffers", "sse", "sse_error"]
+__all__ = ["BadRequest", "Dialect", "bearer", "check_length", "content_type", "error_body",
+           "error_response", "read_body", "secret_matches", "send_buffers", "sse", "sse_error"]
 
 _SLICE = 1 << 20  # bytes per write of a big answer
 
@@ -69,11 +69,17 @@ def _too_big(limit: int) -> BadRequest:
     return BadRequest(413, msg, error=LimitError(msg))
 
 
+def check_length(request: web.Request, limit: int) -> None:
+    """``BadRequest`` 413 when the request declares a body over ``limit`` bytes (for a
+    route that refuses a declared size before anything else; ``read_body`` checks too)."""
+    if request.content_length is not None and request.content_length > limit:
+        raise _too_big(limit)
+
+
 async def read_body(request: web.Request, limit: int) -> bytes:
     """The request body, at most ``limit`` bytes; ``BadRequest`` 413 past it (checked on
     the declared length before reading), 400 when the body cannot be decoded."""
-    if request.content_length is not None and request.content_length > limit:
-        raise _too_big(limit)
+    check_length(request, limit)
     try:
         if limit >= request.client_max_size:
             # aiohttp's own bound is the one that applies: its reader was measured the

@@ -25,6 +25,7 @@ from ._http import (
     BadRequest,
     Dialect,
     bearer,
+    check_length,
     content_type,
     error_response,
     read_body,
@@ -210,12 +211,14 @@ class Proxy:
         return s
 
     async def _body(self, request: web.Request) -> bytes:
+        limit = self.config.max_body_bytes
+        check_length(request, limit)  # a declared size over the cap is a 413 whatever its type
         ctype = content_type(request)
         if ctype not in ("application/json", "application/octet-stream", "") and not (
             ctype.endswith("+json")
         ):
             raise BadRequest(415, f"content type must be application/json, not {ctype}")
-        return await read_body(request, self.config.max_body_bytes)
+        return await read_body(request, limit)
 
     # -- routes ----------------------------------------------------------------------------
     def _handler(self, endpoint: Endpoint) -> Callable[[web.Request], Any]:
