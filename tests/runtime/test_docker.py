@@ -1,5 +1,7 @@
 """The docker/podman runtime, where a daemon and a local image exist (set
-``TRACEWIRE_DOCKER_IMAGE``; nothing is pulled). Skipped otherwise, with the reason."""
+``TRACEWIRE_DOCKER_IMAGE``; nothing is pulled). Skipped otherwise, with the reason (the
+reaping of dead harnesses' containers is also checked without a daemon, against a
+stand-in, in ``test_docker_reap.py``)."""
 
 from __future__ import annotations
 
@@ -7,6 +9,8 @@ import asyncio
 import json
 import os
 import secrets
+import signal
+from pathlib import Path
 
 import pytest
 
@@ -14,7 +18,8 @@ from tracewire.model import MODEL_NAME
 from tracewire.proxy import Proxy
 from tracewire.runtime import DockerRuntime, Limits, ProxyEndpoint, docker_usable
 
-from .conftest import agent_file
+from .conftest import agent_file, procs_with
+from .test_docker_reap import end, janitors_of, start_harness, wait_for
 
 ENGINE = os.environ.get("TRACEWIRE_DOCKER_ENGINE", "docker")
 IMAGE = os.environ.get("TRACEWIRE_DOCKER_IMAGE", "tracewire-sandbox:local")
@@ -55,3 +60,34 @@ async def test_timeout_and_limits_in_container() -> None:
         stdout=asyncio.subprocess.PIPE)
     out, _ = await proc.communicate()
     assert out.strip() == b""  # the container is gone
+
+
+async def _containers(*filters: str) -> list[str]:
+    args = [a for f in filters for a in ("--filter", f)]
+    proc = await asyncio.create_subprocess_exec(ENGINE, "ps", "-a", "-q", *args,
+                                                stdout=asyncio.subprocess.PIPE)
+    out, _ = await proc.communicate()
+    return out.decode().split()
+
+
+async def test_sigkilled_harness_leaves_no_container_after_the_next_start() -> None:
+    marker = "tw-dreal-" + secrets.token_hex(4)
+    proc, where = await asyncio.to_thread(start_harness, IMAGE, ENGINE, marker)
+    try:
+        assert await wait_for(lambda: procs_with(marker)), "its command never started"
+        state = Path(where["state"])
+        assert await _containers(f"name={where['container']}",
+                                 f"label=tracewire.state={state}")
+        # Its janitor is killed first, so only the next start can clean up.
+        for j in janitors_of(proc.pid):
+            os.kill(j, signal.SIGKILL)
+        proc.kill()
+        await asyncio.to_thread(proc.wait)
+        assert await _containers(f"name={where['container']}")  # still there
+        async with DockerRuntime(IMAGE, engine=ENGINE):  # the next start
+            pass
+        assert await _containers(f"name={where['container']}") == []
+        assert not state.exists()  # noqa: ASYNC240
+        assert await wait_for(lambda: not procs_with(marker))
+    finally:
+        end(proc)
