@@ -327,3 +327,20 @@ async def test_the_trainer_token_is_on_no_command_line_the_engine_gets(
     (ex,) = [c for c in fake.calls() if c[0] == "exec"]
     assert "KEEP=yes" in ex and ex[-2:] == [rt.container, "/bin/true"]
     assert not [c for c in fake.calls() if any(canary in a for a in c)]
+
+
+def test_without_a_readable_proc_nothing_is_judged(fake: FakeDocker, owners: dict[str, str],
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where ``/proc`` cannot be read every owner would look gone: nothing is asked or
+    removed (the namespace lookup is replaced by its failure value here)."""
+    from tracewire.runtime import _reap
+
+    c = container(owners["dead"], ns="unknown")
+    fake.seed([c])
+    with monkeypatch.context() as m:
+        m.setattr(_reap, "_pidns", lambda: "unknown")
+        assert _reap.reap_containers(str(fake.exe)) == []
+    assert fake.calls() == [] and fake.containers() == [c]
+    fake.seed([container(owners["dead"])])
+    assert len(_reap.reap_containers(str(fake.exe))) == 1  # the same, judged, goes
+    assert fake.containers() == []

@@ -213,15 +213,19 @@ def process_start(pid: int) -> int | None:
         return None
 
 
+_UNKNOWN = "unknown"
+
+
 def _pidns() -> str:
-    """The boot and pid namespace this process's pids are valid in."""
+    """The boot and pid namespace this process's pids are valid in (``unknown`` without
+    a readable ``/proc``)."""
     try:
         with open("/proc/sys/kernel/random/boot_id") as f:
             boot = f.read().strip()
-        ns = os.readlink("/proc/self/ns/pid")
+        ns = os.readlink("/proc/self/ns/pid")  # "pid:[INODE]"
     except OSError:
-        return "unknown"
-    return f"{boot}:{ns.strip('pid:[]')}"
+        return _UNKNOWN
+    return f"{boot}:{ns[ns.find('[') + 1:].rstrip(']')}"
 
 
 def owner_labels(state: Path) -> dict[str, str]:
@@ -262,6 +266,8 @@ def reap_containers(engine: str) -> list[str]:
     """``rm -f`` every container of this pid namespace whose owner is gone, and reap its
     state directory; returns the ids removed (an engine that fails removes nothing)."""
     here = _pidns()
+    if here == _UNKNOWN:
+        return []  # no /proc to judge owners by: every one would look gone
     code, out = _engine(engine, "ps", "-a", "-q", "--filter", f"label={LABEL_OWNER}",
                         "--filter", f"label={LABEL_PIDNS}={here}")
     ids = out.split()
