@@ -8,7 +8,7 @@ wire protocol is described in :mod:`tracewire.serve._protocol`.
 """
 
 from ._broker import EnvServer
-from ._cli import COMMAND, serve_command
+from ._cli import COMMAND, RunnerOptions, serve_command
 from ._client import DEFAULT_TIMEOUT, EnvClient, OnDelta, RunResult
 from ._config import DEFAULT_ADDRESS, ServerConfig
 from ._open import WORKER_BACKENDS, WorkerBackend, make_pool, serve_env
@@ -39,6 +39,7 @@ __all__ = [
     "RunResult",
     "Runner",
     "RunnerFactory",
+    "RunnerOptions",
     "ServerConfig",
     "WorkerBackend",
     "WorkerHandle",
