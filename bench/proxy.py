@@ -14,7 +14,10 @@ the direct latency at the same load) and ``one_session`` (the proxy's own cost o
 vs. turn 1,000 of one long session: proxied minus direct latency of the same request,
 medians of turns 5-24 and 981-1000). ``floor_*``: the same for a bare aiohttp pass-through
 that parses and records nothing (``_floor_main``), measured in the same run: the part of
-the overhead that is aiohttp's HTTP server and client plus one more hop, not ours.
+the overhead that is aiohttp's HTTP server and client plus one more hop, not ours. The
+proxy and the floor are measured interleaved (64-session loads in alternating slices,
+one-session turns in alternating blocks of ten), so load from other work on a shared
+machine lands on both alike and the ratios hold where single figures swing.
 Run: ``.venv/bin/python bench/proxy.py [SECONDS] [--shared-upstream] [--no-pin]``.
 """
 
@@ -181,30 +184,38 @@ async def _load(targets: list[tuple[str, str]], rate: float, seconds: float,
     return lat
 
 
-async def _one_session(url: str, secret: str, upstream: str, turns: int, clock: Any,
-                       token_fields: bool = True) -> tuple[dict[int, float], dict[int, float]]:
-    """Per turn of one long conversation through ``url``: its latency minus the best of two
-    direct calls made right after (asking for token ids as the proxy does, or not), and the
-    CPU ms the measured process spent from this turn's request to the next one's (so the
-    turn's commit, which runs after its answer, is counted)."""
-    cost: dict[int, float] = {}
-    cpu: dict[int, float] = {}
-    last = read_clock(clock)
-    msgs: list[dict[str, Any]] = [{"role": "system", "content": "bench " * 20}]
+async def _one_session(targets: list[tuple[str, str, Any, bool]], upstream: str, turns: int
+                       ) -> list[tuple[dict[int, float], dict[int, float]]]:
+    """Per turn of one long conversation through each target ``(url, secret, clock,
+    token_fields)``: its latency minus the best of two direct calls made right after
+    (asking for token ids as the proxy does, or not), and the CPU ms the target's process
+    spent from this turn's request to the next one's (so the turn's commit, which runs
+    after its answer, is counted). The targets take turns in blocks of ``_BLOCK`` turns
+    (the same conversation each), so load from other work on the machine lands on all of
+    them alike, while each still runs most of its turns with its own caches warm."""
+    out: list[tuple[dict[int, float], dict[int, float]]] = [({}, {}) for _ in targets]
+    last = [read_clock(t[2]) for t in targets]
+    convs: list[list[dict[str, Any]]] = [
+        [{"role": "system", "content": "bench " * 20}] for _ in targets]
     up = upstream + "/chat/completions"
     async with aiohttp.ClientSession() as c:
-        for k in range(1, turns + 1):
-            msgs.append({"role": "user", "content": f"turn {k}: " + "words " * 10})
-            body = orjson.dumps({"model": "fake", "messages": msgs})
-            direct_body = orjson.dumps({"model": "fake", "messages": msgs,
-                                        "return_token_ids": True, "logprobs": True}
-                                       ) if token_fields else body
-            prox = await _post(c, url + "/chat/completions", body, secret)
-            cost[k] = prox - min([await _post(c, up, direct_body, "x") for _ in range(2)])
-            now = read_clock(clock)
-            cpu[k], last = (now - last) * 1000, now
-            msgs.append({"role": "assistant", "content": f"ok {len(msgs)}"})
-    return cost, cpu
+        for first in range(1, turns + 1, _BLOCK):
+            for i, (url, secret, clock, token_fields) in enumerate(targets):
+                cost, cpu = out[i]
+                msgs = convs[i]
+                for k in range(first, min(turns, first + _BLOCK - 1) + 1):
+                    msgs.append({"role": "user", "content": f"turn {k}: " + "words " * 10})
+                    body = orjson.dumps({"model": "fake", "messages": msgs})
+                    direct_body = orjson.dumps({"model": "fake", "messages": msgs,
+                                                "return_token_ids": True, "logprobs": True}
+                                               ) if token_fields else body
+                    prox = await _post(c, url + "/chat/completions", body, secret)
+                    cost[k] = prox - min([await _post(c, up, direct_body, "x")
+                                          for _ in range(2)])
+                    now = read_clock(clock)
+                    cpu[k], last[i] = (now - last[i]) * 1000, now
+                    msgs.append({"role": "assistant", "content": f"ok {len(msgs)}"})
+    return out
 
 
 def _line(case: str, metric: str, ours: float, runs: int, baseline: float | None = None,
@@ -222,14 +233,23 @@ async def _measure(upstream: str, floor: str, sessions: list[tuple[str, str]],
     await _load(direct_targets, 500, 1.0, True)  # warm up
     await _load(sessions[:64], 500, 1.0, False)
     await _load(floor_targets, 500, 1.0, False)
-    d_lat = await _load(direct_targets, 500, seconds, True)
-    c0 = read_clock(pclock)
-    p_lat = await _load(sessions[:64], 500, seconds, False)
-    c1 = read_clock(pclock)
-    f0 = read_clock(fclock)
-    f_lat = await _load(floor_targets, 500, seconds, False)
-    f1 = read_clock(fclock)
-    fd_lat = await _load(direct_targets, 500, seconds, False)
+    d_lat: list[float] = []
+    p_lat: list[float] = []
+    f_lat: list[float] = []
+    fd_lat: list[float] = []
+    p_sec = f_sec = 0.0
+    # Slices of each load in turn, so that load from other work on the machine lands on the
+    # proxy and the floor alike.
+    for _ in range(_SLICES):
+        part = seconds / _SLICES
+        d_lat += await _load(direct_targets, 500, part, True)
+        c0 = read_clock(pclock)
+        p_lat += await _load(sessions[:64], 500, part, False)
+        p_sec += read_clock(pclock) - c0
+        f0 = read_clock(fclock)
+        f_lat += await _load(floor_targets, 500, part, False)
+        f_sec += read_clock(fclock) - f0
+        fd_lat += await _load(direct_targets, 500, part, False)
     n = min(len(d_lat), len(p_lat))
     _line("overhead_64_sessions", "overhead_p50_ms",
           statistics.median(p_lat) - statistics.median(d_lat), n)
@@ -240,8 +260,8 @@ async def _measure(upstream: str, floor: str, sessions: list[tuple[str, str]],
     _line("overhead_64_sessions", "proxied_p99_ms", _pct(p_lat, 0.99), n)
     # CPU the proxy process spent per turn: robust to other load on the machine, and
     # 1000 / this is the turns/s one proxy process can sustain. The floor's, same load.
-    p_cpu = (c1 - c0) * 1000 / len(p_lat)
-    f_cpu = (f1 - f0) * 1000 / len(f_lat)
+    p_cpu = p_sec * 1000 / len(p_lat)
+    f_cpu = f_sec * 1000 / len(f_lat)
     _line("overhead_64_sessions", "proxy_cpu_per_turn_ms", p_cpu, len(p_lat))
     _line("floor_64_sessions", "cpu_per_turn_ms", f_cpu, len(f_lat))
     _line("vs_floor_64_sessions", "cpu_per_turn_x", p_cpu / f_cpu, len(p_lat), unit="x")
@@ -250,10 +270,9 @@ async def _measure(upstream: str, floor: str, sessions: list[tuple[str, str]],
           statistics.median(f_lat) - statistics.median(fd_lat), n)
     _line("floor_64_sessions", "overhead_p99_ms", _pct(f_lat, 0.99) - _pct(fd_lat, 0.99), n)
     url, secret = sessions[64]
-    cost, cpu = await _one_session(url, secret, upstream, 1000, pclock)
     # The floor relays what the harness asked for, so its direct twin asks for no token ids.
-    floor_cost, floor_cpu = await _one_session(floor, "x", upstream, 1000, fclock,
-                                               token_fields=False)
+    (cost, cpu), (floor_cost, floor_cpu) = await _one_session(
+        [(url, secret, pclock, True), (floor, "x", fclock, False)], upstream, 1000)
     med: dict[tuple[str, str], float] = {}
     for case, c, u in (("one_session", cost, cpu), ("floor_one_session", floor_cost, floor_cpu)):
         for name, window in (("turn_10", _EARLY), ("turn_1000", _LATE)):
@@ -275,6 +294,10 @@ async def _measure(upstream: str, floor: str, sessions: list[tuple[str, str]],
           len(_LATE), unit="x")
 
 
+#: Turns a one-session target runs before the next target takes its turn.
+_BLOCK = 10
+#: How many alternating slices the 64-session loads are measured in.
+_SLICES = 4
 #: The turns whose median cost stands for "turn 10" and "turn 1,000" (20 each: one turn's
 #: difference of two latencies swings by a millisecond on the 2-core VM).
 _EARLY = range(5, 25)
