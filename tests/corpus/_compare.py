@@ -177,6 +177,8 @@ def _record_label(rec: bytes) -> str:
         h = msgspec.msgpack.decode(split_record(rec)[1])
     except Exception:
         return ""
+    if isinstance(h, dict) and "seq" in h:  # a journal's delta record
+        return f" (delta {h.get('seq')} of episode {h.get('episode')})"
     if isinstance(h, dict):
         return f" (episode {h.get('id')}, task {h.get('task_key')!r})"
     return ""
@@ -289,10 +291,12 @@ def _diff_scrubbed(a: bytes, b: bytes) -> list[str]:
 def describe(name: str, a: bytes, b: bytes) -> list[str]:
     """Readable differences of corpus file ``name`` (golden ``a``, now ``b``)."""
     try:
-        if name.endswith(".twr"):
+        if name.endswith((".twr", ".twj")):
             lines = _diff_segment(a, b)
         elif name.endswith("index.json"):
             lines = _diff_index(a, b)
+        elif name.endswith(".json"):
+            lines = _cap(list(tree_diff(json.loads(a), json.loads(b))))
         elif name.endswith("records.msgpack"):
             lines = _diff_scrubbed(a, b)
         elif name.endswith(".msgs"):
