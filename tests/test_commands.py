@@ -5,7 +5,9 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from tracewire._command import Command
+import pytest
+
+from tracewire._command import Command, parse_worker_resources
 from tracewire.cli import COMMANDS
 from tracewire.compose import env_factory, make_upstream
 
@@ -38,3 +40,12 @@ def test_serve_of_a_real_env_without_a_factory_is_one_line_and_exit_2() -> None:
                        timeout=120)
     assert p.returncode == 2, p.stderr
     assert "needs a runner factory" in p.stderr and "Traceback" not in p.stderr
+
+
+def test_worker_resources_option_is_parsed_once_for_serve_and_eval() -> None:
+    # ``tracewire serve`` and ``tracewire eval`` share this parser for --worker-resources.
+    assert parse_worker_resources(None) is None
+    assert parse_worker_resources('{"env_node": 1, "gpu": 0.5}') == {"env_node": 1.0, "gpu": 0.5}
+    for bad in ("[1]", '{"env": "x"}', "not json"):
+        with pytest.raises(ValueError, match="--worker-resources is not a JSON object"):
+            parse_worker_resources(bad)

@@ -288,4 +288,4 @@ def test_the_model_and_the_tokenizer_core_stand_below_the_proxy() -> None:
         assert "proxy" not in _reach(allowed_arrows(), part), f"{part} may reach the proxy"
     tito_to_proxy = {mod.name for mod, target, _, _ in _edges()
                      if part_of(mod.name) == "tito" and part_of(target) == "proxy"}
-    assert tito_to_proxy == {"tracewire.tito._upstream"}
+    assert tito_to_proxy == {"tracewire.tito._token_upstream"}

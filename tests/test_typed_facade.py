@@ -30,6 +30,8 @@ SCRIPT = textwrap.dedent(
         stored = tracewire.open_run("runs/x")
         reveal_type(stored)
         wrong: int = tracewire.open_run("runs/x")  # must be an error
+        writer = await tracewire.Run.create("runs/y")
+        reveal_type(writer)
         tracewire.Proxy(upstream=42)  # must be an error
 
 
@@ -47,12 +49,13 @@ def test_mypy_sees_real_types(tmp_path: Path) -> None:
         capture_output=True, text=True, cwd=tmp_path, timeout=300,
     ).stdout
     notes = [ln for ln in out.splitlines() if "Revealed type" in ln]
-    assert len(notes) == 4, out
-    assert "tracewire.store." in notes[0] and "Run" in notes[0], out
+    assert len(notes) == 5, out
+    assert "tracewire.store." in notes[0] and "RunReader" in notes[0], out
     assert "tracewire.proxy." in notes[1] and "Proxy" in notes[1], out
     assert "tracewire.trace." in notes[2] and "Trace" in notes[2], out
-    assert "tracewire.store." in notes[3] and "Run" in notes[3], out
+    assert "tracewire.store." in notes[3] and "RunReader" in notes[3], out
+    assert "tracewire.store." in notes[4] and "RunWriter" in notes[4], out
     errors = [ln for ln in out.splitlines() if ": error:" in ln]
-    assert any("Incompatible types in assignment" in e and '"Run"' in e for e in errors), out
+    assert any("Incompatible types in assignment" in e and '"RunReader"' in e for e in errors), out
     assert any('"Proxy"' in e and "incompatible type" in e for e in errors), out
     assert len(errors) == 2, out

@@ -20,6 +20,8 @@ from ._errors import (
     LimitError,
     ModelError,
     PhaseTimeout,
+    PlanError,
+    PlanTypeError,
     ProtocolError,
     ProxyError,
     RunTimeout,
@@ -58,13 +60,15 @@ if TYPE_CHECKING:  # the same names the lazy loader below resolves, typed for my
     from .proxy import Proxy
     from .serve import EnvClient
     from .sessions import SessionClient
-    from .store import Run, open_run
+    from .store import Run, RunReader, RunWriter, open_run
 
 # name -> module; resolved on first access (PEP 562).
 _LAZY: dict[str, str] = {
     "codec": "tracewire.codec",
     "open_run": "tracewire.store",
     "Run": "tracewire.store",
+    "RunReader": "tracewire.store",
+    "RunWriter": "tracewire.store",
     "LoopLagProbe": "tracewire.diagnostics",
     "ModelServer": "tracewire.model",
     "Proxy": "tracewire.proxy",
@@ -97,12 +101,16 @@ __all__ = [
     "ModelServer",
     "Node",
     "PhaseTimeout",
+    "PlanError",
+    "PlanTypeError",
     "ProtocolError",
     "Proxy",
     "ProxyError",
     "Reward",
     "Run",
+    "RunReader",
     "RunTimeout",
+    "RunWriter",
     "SampleError",
     "SchemaVersionError",
     "ServeError",

@@ -8,6 +8,8 @@ the built-in exception it stands in for, so ``except ValueError`` keeps working:
     │   └── DeltaError                      a delta that does not apply (lost, reordered, unknown)
     ├── SchemaVersionError (DecodeError)    bytes written by another schema version
     ├── LimitError (ValueError)             input over a configured bound (size, turns, sessions)
+    ├── PlanError (ValueError)              an eval's options are out of range or conflict
+    │   └── PlanTypeError (TypeError)       an eval option of the wrong type, or unknown
     ├── StoreError (OSError)                run directory cannot be written or read
     │   └── CorruptRecordError              a record on disk fails its CRC or framing
     ├── ModelError (RuntimeError)           built-in model: bad request or generation failure
@@ -56,6 +58,8 @@ __all__ = [
     "LimitError",
     "ModelError",
     "PhaseTimeout",
+    "PlanError",
+    "PlanTypeError",
     "ProtocolError",
     "ProxyError",
     "RunTimeout",
@@ -88,6 +92,14 @@ class SchemaVersionError(DecodeError):
 
 class LimitError(TracewireError, ValueError):
     """Input over a configured bound (body size, turns, tokens, sessions, nodes)."""
+
+
+class PlanError(TracewireError, ValueError):
+    """An eval's options are out of range or contradict each other; names the option."""
+
+
+class PlanTypeError(PlanError, TypeError):
+    """An eval option has the wrong type, or no option has that name."""
 
 
 class StoreError(TracewireError, OSError):

@@ -4,19 +4,19 @@ choice and the built-in model's context length."""
 from __future__ import annotations
 
 import argparse
-import inspect
 import subprocess
 import sys
+import typing
 
 import aiohttp
 import pytest
 
 import tracewire
 from tracewire.cli import COMMANDS
-from tracewire.compose import BACKENDS, EvalResult, evaluate
+from tracewire.compose import BACKENDS, EvalOptions, EvalResult, evaluate
 from tracewire.compose._cli_demo import eval_args
 from tracewire.compose._cli_eval import configure
-from tracewire.compose._upstream import model_server
+from tracewire.compose._model_server import model_server
 
 
 def eval_parser() -> argparse.ArgumentParser:
@@ -32,10 +32,10 @@ def test_eval_command_line_takes_every_evaluate_option() -> None:
     )
     assert (args.max_model_len, args.backend, args.api_key, args.max_tokens) == \
         (4096, "local", "k", 5)
-    # Every option the command line forwards is a parameter of evaluate.
+    # Every option the command line forwards is an option of evaluate (a field of its plan).
     forwarded = {"model", "base_url", "api_key", "n", "r", "concurrency", "out", "resume",
                  "seed", "temperature", "max_tokens", "max_model_len", "backend"}
-    assert forwarded <= set(inspect.signature(evaluate).parameters)
+    assert forwarded <= set(typing.get_type_hints(EvalOptions))
     assert forwarded <= set(vars(args))
     with pytest.raises(SystemExit):
         eval_parser().parse_args(["guess", "--backend", "nowhere"])

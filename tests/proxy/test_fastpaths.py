@@ -12,8 +12,8 @@ import orjson
 
 from tracewire.proxy import Proxy
 from tracewire.proxy._prompt import PromptCache, parse_tail
+from tracewire.proxy._prompt_cut import loads_split
 from tracewire.proxy._rawjson import RawSpan, cut_array
-from tracewire.proxy._upstream import loads_split
 
 from .fake_upstream import Fake, Turn
 from .helpers import check_linear

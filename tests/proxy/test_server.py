@@ -172,18 +172,18 @@ async def test_turn_is_recorded_before_the_next_request_is_read(fake: Fake,
 async def test_a_recording_bug_is_reported_and_serving_goes_on(
         fake: Fake, proxy: Proxy, monkeypatch: pytest.MonkeyPatch) -> None:
     # A failure inside the commit cannot be provoked through the HTTP API (it would be a
-    # bug), so the graph's commit is made to raise once.
-    from tracewire.proxy._graph import TurnGraph
+    # bug), so the commit step's graph append is made to raise once.
+    from tracewire.proxy import _commit
 
-    real = TurnGraph.commit
+    real = _commit.append_turn
     calls = iter([True])
 
-    def broken(self: TurnGraph, *args: Any) -> list[int]:
+    def broken(*args: Any) -> list[int]:
         if next(calls, False):
             raise RuntimeError("simulated bug")
-        return real(self, *args)
+        return real(*args)
 
-    monkeypatch.setattr(TurnGraph, "commit", broken)
+    monkeypatch.setattr(_commit, "append_turn", broken)
     s = proxy.create_session()
     client = openai.AsyncOpenAI(base_url=s.base_url, api_key=s.secret, max_retries=0)
     first = await client.chat.completions.create(model="m", messages=MSGS)  # type: ignore[arg-type]

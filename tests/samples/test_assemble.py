@@ -12,6 +12,7 @@ from tracewire.samples import (
     assemble,
     default_picker,
     default_postprocess,
+    hook_name,
 )
 
 from .builders import complete, fail, golden, prompt
@@ -332,6 +333,29 @@ def test_hooks_errors_name_the_hook() -> None:
     with pytest.raises(HookError, match="non-Samples"):
         assemble(t, postprocess=lambda tr, ss: [1])  # type: ignore[list-item]
     assert one(assemble(t, picker=lambda tr, leaves: [])).empty_reason == "none_picked"
+
+
+def test_hook_name_is_short_for_records_and_qualified_for_errors() -> None:
+    # The proxy records request/response hooks in Call.hooks by their short name; hook
+    # errors name the qualified one. One function serves both (samples.hook_name).
+    def inner(trace: Trace, leaves: list[int]) -> list[int]:
+        return leaves
+
+    class Picky:
+        def __call__(self, trace: Trace, leaves: list[int]) -> list[int]:
+            return leaves
+
+        def __repr__(self) -> str:
+            return "Picky()"
+
+    assert hook_name(inner) == "inner"
+    assert hook_name(inner, qualified=True).endswith("<locals>.inner")
+    assert hook_name(Picky()) == hook_name(Picky(), qualified=True) == "Picky()"
+    with pytest.raises(HookError, match=r"<locals>\.bad_pick raised"):
+        def bad_pick(trace: Trace, leaves: list[int]) -> list[int]:
+            raise ValueError("no")
+
+        assemble(golden(), picker=bad_pick)
 
 
 def test_hooks_cannot_write_into_the_trace() -> None:

@@ -123,7 +123,7 @@ async def test_lifecycle_collect_delete_grace(proxy: Proxy, http: aiohttp.Client
         assert r.status == 200 and "deleted" in (await r.json())["already"]
     # Past the grace period the payload is gone too.
     api = api_of(proxy)
-    api.sweep(now=api.collected[sid].closed_at + api.grace_s + 1)  # type: ignore[operator]
+    api.sweep(now=api.collector.collected[sid].closed_at + api.grace_s + 1)  # type: ignore[operator]
     status, data = await post(http, url, {"max_seq_len": 8, "metadata": {"step": 3}})
     assert status == 404 and "deleted" in err(data)
 
@@ -262,15 +262,15 @@ async def test_internal_error_is_500_and_server_keeps_serving(
     sid = await create(http, proxy)
     golden(proxy.registry.get(sid).trace)
     api = api_of(proxy)
-    real = api._collect
+    real = api.collector.assemble
 
     def broken(*a: Any) -> bytes:
         raise ZeroDivisionError("bug")
 
-    api._collect = broken  # type: ignore[method-assign]
+    api.collector.assemble = broken  # type: ignore[method-assign,assignment]
     status, data = await post(http, f"{proxy.url}/sessions/{sid}/samples", {})
     assert status == 500 and "ZeroDivisionError" in err(data)
-    api._collect = real  # type: ignore[method-assign]
+    api.collector.assemble = real  # type: ignore[method-assign]
     status, _ = await post(http, f"{proxy.url}/sessions/{sid}/samples", {})
     assert status == 200
 
@@ -498,3 +498,40 @@ async def test_client_rebuilds_the_servers_error_with_its_reason(proxy: Proxy) -
         assert gone.value.reason == GoneReason.DELETED
         with pytest.raises(ProxyError, match=r"\$\.ttl"):  # a 400 names the field
             await client.create(ttl=-1)
+
+
+async def test_unreadable_body_is_400_and_the_connection_recovers(
+    proxy: Proxy, http: aiohttp.ClientSession
+) -> None:
+    # "Content-Encoding: gzip" over a plain body: the bytes cannot be decoded. The answer
+    # is the request's fault (400, not an internal error) and closes that connection, so
+    # the next request on the same client gets a fresh one instead of a dead socket.
+    headers = {"Content-Type": "application/json", "Content-Encoding": "gzip"}
+    async with http.post(proxy.url + "/sessions", data=b"not gzip", headers=headers) as r:
+        assert r.status == 400 and "unreadable request body" in err(await r.read())
+        assert r.headers.get("Connection", "").lower() == "close"
+    assert len(proxy.registry) == 0
+    await create(http, proxy)
+
+
+async def test_the_proxys_one_sweeper_also_sweeps_the_session_api() -> None:
+    # The registry and the session API's sample state are swept by one periodic task of
+    # the proxy (ttl 2 s: it runs every second); an expired session loses its builder and
+    # its kept payload starts its grace period without any request touching it.
+    async with Proxy(DEAD_UPSTREAM, config=ProxyConfig(session_ttl_s=2.0)) as p:
+        api = api_of(p)
+        async with SessionClient(p.url) as client:
+            info = await client.create()
+            golden(p.registry.get(info.session_id).trace)
+            await client.samples(info.session_id)
+        sid = info.session_id
+        assert sid in api.collector.builders and api.collector.collected[sid].closed_at is None
+        p.registry.get(sid).last_used -= 60  # idle past its TTL
+        for _ in range(300):  # the sweep is due within a second; allow a slow machine
+            if sid not in api.collector.builders:
+                break
+            await asyncio.sleep(0.1)
+        assert sid not in api.collector.builders and sid not in p.registry
+        assert api.collector.collected[sid].closed_at is not None
+        p.sweep()  # by hand too: the payload stays until its grace runs out
+        assert sid in api.collector.collected

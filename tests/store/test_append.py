@@ -139,7 +139,7 @@ def test_open_missing_run_is_store_error(tmp_path: Path) -> None:
 
 
 def test_row_from_live_episode_equals_row_from_its_header() -> None:
-    from tracewire.store._schema import row_from_episode, row_from_header
+    from tracewire.store._rows import row_from_episode, row_from_header
 
     ep = build(3, turns=5, n=7)
     ep.add_error("x")

@@ -84,9 +84,9 @@ async def test_live_reads_only_new_journal_bytes(tmp_path: Path) -> None:
     # Finished episodes are dropped (and forgotten); the other one stays.
     await run.append(a)
     assert [e.id for e in reader.live()] == [b.id]
-    assert [p.name for p in reader._tails] == [f"{b.id}.twj"]
+    assert [p.name for p in reader._live.tails] == [f"{b.id}.twj"]
     await run.append(b)
-    assert reader.live() == [] and reader._tails == {}
+    assert reader.live() == [] and reader._live.tails == {}
     reader._release()
     await run.close()
 

@@ -21,7 +21,7 @@ from tracewire.compose import make_upstream
 from tracewire.proxy import Proxy, ProxyConfig
 from tracewire.proxy._upstream_api import UpstreamRequest
 from tracewire.tito import ChatTokenizer, PromptBuilder, UpstreamShapeError
-from tracewire.tito._upstream import TokenUpstream
+from tracewire.tito._token_upstream import TokenUpstream
 from tracewire.tito.codecs import (
     SamplingParams,
     StreamDecoder,

@@ -14,7 +14,7 @@ import pytest
 from tracewire import UpstreamError
 from tracewire.proxy._upstream_api import UpstreamRequest
 from tracewire.tito import ChatTokenizer, LengthRule, PromptBuilder
-from tracewire.tito._upstream import TokenUpstream
+from tracewire.tito._token_upstream import TokenUpstream
 from tracewire.tito.codecs import UpstreamApi
 
 from .fake_servers import Script, start_fake

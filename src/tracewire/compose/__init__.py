@@ -1,9 +1,11 @@
 """The composition root: where env, proxy, model and store are wired together.
 
-:func:`evaluate` (and ``tracewire eval`` / ``tracewire demo``) runs an environment's tasks
-through an interception proxy into a stored run and sums it up; :func:`env_factory` is the
-env server's runner for real environments; ``*_COMMAND`` are the sub-commands it wires
-(the proxy with token-in/token-out, the env server with real environments). The parts it
+:func:`evaluate_plan` runs an :class:`EvalPlan` (an environment's tasks through an
+interception proxy into a stored run) and sums it up; ``tracewire eval`` / ``tracewire
+demo`` build the plan from the command line, :func:`evaluate` from keyword options.
+:func:`env_factory` is the env server's runner for real environments; ``*_COMMAND`` are
+the sub-commands it wires (the proxy with token-in/token-out, the env server with real
+environments). The parts it
 wires know nothing of each other. Names load on first use (``tracewire --help`` imports
 this package's command modules).
 """
@@ -20,8 +22,18 @@ if TYPE_CHECKING:
     from ._cli_proxy import PROXY_COMMAND
     from ._cli_serve import SERVE_COMMAND
     from ._envrunner import env_factory
-    from ._evaluate import EvalResult, default_run_dir, evaluate
+    from ._evaluate import EvalResult, default_run_dir, evaluate, evaluate_plan
     from ._options import BACKENDS, RUNTIMES, Backend, RolloutPlan
+    from ._plan import (
+        EvalOptions,
+        EvalPlan,
+        ModelOptions,
+        OutputOptions,
+        PlacementOptions,
+        SamplingOptions,
+        SandboxOptions,
+        ScaleOptions,
+    )
     from ._runtime import runtime_factory, with_runtime
     from ._summary import Summary, Tally, pass_at_k
     from ._tito import make_upstream
@@ -35,7 +47,15 @@ _LAZY: dict[str, str] = {
     "SERVE_COMMAND": "._cli_serve",
     "RUNTIMES": "._options",
     "Backend": "._options",
+    "EvalOptions": "._plan",
+    "EvalPlan": "._plan",
     "EvalResult": "._evaluate",
+    "ModelOptions": "._plan",
+    "OutputOptions": "._plan",
+    "PlacementOptions": "._plan",
+    "SamplingOptions": "._plan",
+    "SandboxOptions": "._plan",
+    "ScaleOptions": "._plan",
     "RolloutPlan": "._options",
     "Rollouts": "._backend",
     "Summary": "._summary",
@@ -43,6 +63,7 @@ _LAZY: dict[str, str] = {
     "default_run_dir": "._evaluate",
     "env_factory": "._envrunner",
     "evaluate": "._evaluate",
+    "evaluate_plan": "._evaluate",
     "make_upstream": "._tito",
     "pass_at_k": "._summary",
     "rollouts": "._backend",
@@ -58,14 +79,23 @@ __all__ = [
     "RUNTIMES",
     "SERVE_COMMAND",
     "Backend",
+    "EvalOptions",
+    "EvalPlan",
     "EvalResult",
+    "ModelOptions",
+    "OutputOptions",
+    "PlacementOptions",
     "RolloutPlan",
     "Rollouts",
+    "SamplingOptions",
+    "SandboxOptions",
+    "ScaleOptions",
     "Summary",
     "Tally",
     "default_run_dir",
     "env_factory",
     "evaluate",
+    "evaluate_plan",
     "make_upstream",
     "pass_at_k",
     "rollouts",

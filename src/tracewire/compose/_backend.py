@@ -17,11 +17,11 @@ from typing import Protocol
 
 from ..env import Environment, Task, close_http_client, http_client, run_rollout
 from ..proxy import Proxy, ProxyConfig
-from ..store import Run
+from ..store import RunWriter
 from ..trace import Episode
+from ._model_server import model_server
 from ._options import BACKENDS, Backend, RolloutPlan, ServePlan
 from ._tito import make_upstream
-from ._upstream import model_server
 
 __all__ = ["BACKENDS", "Backend", "RolloutPlan", "Rollouts", "ServePlan", "rollouts"]
 
@@ -33,7 +33,7 @@ class Rollouts(Protocol):
     #: The model name the rollouts ask for.
     model: str
 
-    async def rollout(self, run: Run, task: Task, episode: Episode) -> Episode:
+    async def rollout(self, run: RunWriter, task: Task, episode: Episode) -> Episode:
         """Run ``task`` into ``episode`` and persist it in ``run``; returns the finished
         episode (never raises for rollout failures, which are recorded on it)."""
         ...
@@ -50,7 +50,7 @@ class LocalRollouts:
         self.upstream = upstream
         self.model = model
 
-    async def rollout(self, run: Run, task: Task, episode: Episode) -> Episode:
+    async def rollout(self, run: RunWriter, task: Task, episode: Episode) -> Episode:
         """One in-process rollout, journaled while in flight and appended when done."""
         journal = run.journal(episode)
         try:

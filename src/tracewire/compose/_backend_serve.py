@@ -26,12 +26,12 @@ from .._errors import ServeError
 from ..env import Environment, Task, Timeouts, close_http_client, load_environment, run_rollout
 from ..proxy import Proxy, ProxyConfig
 from ..serve import EnvClient, Runner, ServerConfig, make_pool, serve_env
-from ..store import Journal, Run
+from ..store import Journal, RunWriter
 from ..trace import Episode
+from ._model_server import model_server
 from ._options import RolloutPlan, ServePlan
 from ._runtime import with_runtime
 from ._tito import make_upstream
-from ._upstream import model_server
 
 __all__ = ["ServeRollouts", "serve_factory", "serve_rollouts"]
 
@@ -125,7 +125,7 @@ class ServeRollouts:
         self.upstream = upstream
         self.model = model
 
-    async def rollout(self, run: Run, task: Task, episode: Episode) -> Episode:
+    async def rollout(self, run: RunWriter, task: Task, episode: Episode) -> Episode:
         """One rollout on a worker, journaled while in flight; a server failure is stored
         as a failed rollout (the part received, if any)."""
         journal: Journal | None = None

@@ -4,17 +4,22 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import signal
 import sys
+from typing import TYPE_CHECKING
 
-from .._command import Command
-from .._errors import TracewireError
+from .._command import Command, parse_worker_resources
+from .._errors import PlanError, TracewireError
 from ..env import load_environment
 from ._options import BACKENDS, ENGINES, RUNTIMES, UPSTREAM_APIS
 
+if TYPE_CHECKING:
+    from ._plan import EvalPlan
+
 HELP = "Run an environment's tasks × rollouts through the proxy and store the run."
 
-__all__ = ["EVAL_COMMAND", "HELP", "configure", "run", "run_cli"]
+__all__ = ["EVAL_COMMAND", "HELP", "configure", "plan_from_args", "run", "run_cli"]
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -80,14 +85,40 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def _resources(text: str | None) -> dict[str, float] | None:
-    if text is None:
-        return None
-    import msgspec
-
     try:
-        return msgspec.json.decode(text, type=dict[str, float])
-    except msgspec.DecodeError as exc:
-        raise ValueError(f"--worker-resources is not a JSON object of numbers: {exc}") from exc
+        return parse_worker_resources(text)
+    except ValueError as exc:
+        raise PlanError(str(exc)) from exc
+
+
+def plan_from_args(args: argparse.Namespace) -> EvalPlan:
+    """The :class:`EvalPlan` the ``eval`` arguments describe; a bad value is a
+    :class:`~tracewire.PlanError`."""
+    from ._plan import (
+        EvalPlan,
+        ModelOptions,
+        OutputOptions,
+        PlacementOptions,
+        SamplingOptions,
+        SandboxOptions,
+        ScaleOptions,
+    )
+
+    return EvalPlan(
+        args.env,
+        model=ModelOptions(model=args.model, base_url=args.base_url, api_key=args.api_key,
+                           max_model_len=args.max_model_len, tokenizer=args.tokenizer,
+                           upstream_api=args.upstream_api, engine=args.engine),
+        sampling=SamplingOptions(seed=args.seed, temperature=args.temperature,
+                                 max_tokens=args.max_tokens),
+        scale=ScaleOptions(n=args.n, r=args.r, concurrency=args.concurrency),
+        sandbox=SandboxOptions(runtime=args.runtime, ro_paths=tuple(args.ro_path),
+                               sandbox_paths=tuple(args.sandbox_path)),
+        placement=PlacementOptions(backend=args.backend, workers=args.workers,
+                                   ray_address=args.ray_address, worker_cpus=args.worker_cpus,
+                                   worker_resources=_resources(args.worker_resources)),
+        output=OutputOptions(out=args.out, resume=args.resume),
+    )
 
 
 def _join_ray(args: argparse.Namespace) -> None:
@@ -109,14 +140,17 @@ async def run_cli(args: argparse.Namespace) -> tuple[int, str | None]:
     # Imported here, not above: ``tracewire --help`` imports this module.
     from rich.console import Console
 
-    from ._evaluate import evaluate
+    from ._evaluate import evaluate_plan
     from ._report import EvalProgress, render_summary
 
     console = Console(stderr=False)
     try:
-        env = load_environment(args.env)
+        plan = plan_from_args(args)
+        # Loaded here, once, for its name on the progress bar; the plan then carries it.
+        env = load_environment(plan.env)
     except TracewireError as exc:
         return _fail(str(exc)), None
+    plan = dataclasses.replace(plan, env=env)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -131,21 +165,9 @@ async def run_cli(args: argparse.Namespace) -> tuple[int, str | None]:
             bar.__enter__()
 
     try:
-        result = await evaluate(
-            env, model=args.model, base_url=args.base_url, api_key=args.api_key, n=args.n,
-            r=args.r, concurrency=args.concurrency, out=args.out, resume=args.resume,
-            seed=args.seed, temperature=args.temperature, max_tokens=args.max_tokens,
-            max_model_len=args.max_model_len, backend=args.backend, workers=args.workers,
-            ray_address=args.ray_address, worker_cpus=args.worker_cpus,
-            worker_resources=_resources(getattr(args, "worker_resources", None)),
-            runtime=args.runtime,
-            ro_paths=getattr(args, "ro_path", None) or (),
-            sandbox_paths=getattr(args, "sandbox_path", None) or (),
-            stop=stop,
-            total_hint=set_total, tokenizer=args.tokenizer, upstream_api=args.upstream_api,
-            engine=getattr(args, "engine", None),
-            on_episode=lambda _e, tally: bar.update(tally) if bar is not None else None,
-        )
+        result = await evaluate_plan(plan, stop=stop,
+                                     total_hint=set_total, on_episode=lambda _e, tally:
+                                     bar.update(tally) if bar is not None else None)
     except (TracewireError, ValueError, OSError) as exc:
         return _fail(str(exc).splitlines()[0] if str(exc) else type(exc).__name__), None
     finally:

@@ -1,4 +1,4 @@
-"""``evaluate``: run an environment's tasks × rollouts into a stored run.
+"""``evaluate_plan``: run an eval's plan (an environment's tasks × rollouts) into a stored run.
 
 The rollouts run on a backend (``local``: in this process, through an interception proxy in
 front of the model server; see ``_backend``) with bounded concurrency; R rollouts per task
@@ -12,22 +12,27 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._errors import EnvError
 from ..diagnostics import LoopLagProbe
-from ..env import Environment, RuntimeFactory, Task, Timeouts, load_environment
-from ..store import Run, open_run
+from ..env import Environment, Task, load_environment
+from ..store import Run, RunReader, RunWriter, open_run
 from ..trace import Episode
 from ._backend import Rollouts, rollouts
-from ._options import Backend, RolloutPlan, ServePlan
+from ._options import RolloutPlan, ServePlan
+from ._plan import EvalOptions, EvalPlan
 from ._runtime import with_runtime
 from ._summary import Summary, Tally
 
-__all__ = ["EvalResult", "default_run_dir", "evaluate"]
+if TYPE_CHECKING:
+    # Typed keyword options on 3.11 as well; annotations are never evaluated at run time.
+    from typing_extensions import Unpack
+
+__all__ = ["EvalResult", "default_run_dir", "evaluate", "evaluate_plan"]
 
 #: ``on_episode(episode, tally)``: called as each episode is stored.
 EpisodeCallback = Callable[[Episode, Tally], None]
@@ -40,7 +45,7 @@ class EvalResult:
     """What :func:`evaluate` returns: the run (open for reading), its summary, how it ended
     (``complete`` or ``interrupted``) and, when no rollout got a model answer, why."""
 
-    run: Run
+    run: RunReader
     summary: Summary
     status: str
     reason: str | None = None
@@ -61,7 +66,7 @@ def _group_id(run_key: str, task_key: str) -> str:
     return hashlib.blake2b(f"{run_key}\0{task_key}".encode(), digest_size=16).hexdigest()
 
 
-async def _open_run(out: Path, resume: bool, meta: dict[str, Any]) -> Run:
+async def _open_run(out: Path, resume: bool, meta: dict[str, Any]) -> RunWriter:
     exists = await asyncio.to_thread(lambda: (out / "meta.json").exists())
     if resume and not exists:
         raise EnvError(f"--resume: {out} holds no run")
@@ -85,95 +90,70 @@ def _work(
 async def evaluate(
     env: Environment | str,
     *,
-    model: str | None = None,
-    base_url: str | None = None,
-    api_key: str | None = None,
-    n: int | None = None,
-    r: int = 1,
-    concurrency: int = 8,
-    out: str | Path | None = None,
-    resume: bool = False,
-    seed: int = 0,
-    temperature: float | None = None,
-    max_tokens: int | None = None,
-    max_model_len: int | None = None,
-    timeouts: Timeouts | None = None,
-    backend: Backend = "local",
-    runtime: str | RuntimeFactory | None = None,
-    ro_paths: Sequence[str] = (),
-    sandbox_paths: Sequence[str] = (),
-    workers: int = 2,
-    ray_address: str | None = None,
-    worker_cpus: float = 1.0,
-    worker_resources: Mapping[str, float] | None = None,
     stop: asyncio.Event | None = None,
     on_episode: EpisodeCallback | None = None,
     total_hint: TotalHint | None = None,
-    tokenizer: str | None = None,
-    upstream_api: str = "completions",
-    engine: str | None = None,
+    **options: Unpack[EvalOptions],
 ) -> EvalResult:
-    """Run ``n`` tasks (all by default) × ``r`` rollouts of ``env`` into a stored run.
+    """Run ``env``'s tasks through the proxy into a stored run: :func:`evaluate_plan` of
+    ``EvalPlan.from_options(env, **options)`` (each option is a field of one of
+    :class:`EvalPlan`'s groups, where it is documented)."""
+    plan = EvalPlan.from_options(env, **options)
+    return await evaluate_plan(plan, stop=stop, on_episode=on_episode, total_hint=total_hint)
 
-    Without ``base_url`` the built-in model serves the rollouts (with a context of
-    ``max_model_len`` tokens when given); ``api_key`` is sent to ``base_url``. Every turn
-    goes through an interception proxy, so the traces are token-exact. ``temperature`` and
-    ``max_tokens`` override the environment's sampling. The run lands in ``out`` (default
-    ``runs/<env>-<timestamp>``); ``resume=True`` skips (task, rollout) pairs already there.
+
+async def evaluate_plan(
+    plan: EvalPlan,
+    *,
+    stop: asyncio.Event | None = None,
+    on_episode: EpisodeCallback | None = None,
+    total_hint: TotalHint | None = None,
+) -> EvalResult:
+    """Run ``plan``: ``plan.scale.n`` tasks (all by default) × ``plan.scale.r`` rollouts of
+    its environment, loaded once here, into a stored run.
+
+    Every turn goes through an interception proxy, so the traces are token-exact; with
+    ``plan.output.resume`` the (task, rollout) pairs already in the run are skipped.
     Setting ``stop`` ends the eval early (status ``interrupted``, finished episodes kept).
     ``on_episode`` sees each stored episode with the running tally; ``total_hint`` gets the
-    number of rollouts to run once it is known. ``timeouts`` replaces the environment's
-    phase deadlines; ``backend`` picks where the rollouts run (``local``: this process;
-    ``process``/``ray``: ``workers`` env-server workers, local processes or Ray actors of
-    ``worker_cpus`` CPUs and ``worker_resources`` each, on the cluster at ``ray_address``).
-    ``runtime`` (``local``, ``bwrap``, ``docker`` or a factory) is where a command
-    harness's agent program runs, overriding the environment's choice; ``ro_paths`` and
-    ``sandbox_paths`` are host paths its sandbox binds read-only (the latter also first on
-    the sandbox's PATH, where an agent CLI is installed).
-    ``tokenizer`` (a local tokenizer directory) serves the proxy token-in/token-out over
-    ``base_url``'s ``upstream_api`` endpoint instead of the chat pass-through.
-    ``engine="llamacpp"`` starts llama.cpp's server for the eval (built and cached on first
-    use) on the GGUF file ``model`` names (default: the bundled SmolLM2-135M) and serves it
-    token-in/token-out with that file as tokenizer; it excludes ``base_url``/``tokenizer``.
+    number of rollouts to run once it is known.
     """
-    if r < 1 or concurrency < 1 or workers < 1 or (n is not None and n < 0):
-        raise ValueError("need r >= 1, concurrency >= 1, workers >= 1 and n >= 0")
-    if resume and out is None:
-        raise EnvError("--resume needs --out (the run directory to continue)")
+    model, scale, sandbox, where = plan.model, plan.scale, plan.sandbox, plan.placement
+    env = load_environment(plan.env)
     # Env-server workers load the environment themselves, by the reference it was found by.
-    serve = ServePlan(workers=workers, concurrency=concurrency,
-                      env_ref=env if isinstance(env, str) else env.ref, ray_address=ray_address,
-                      worker_cpus=worker_cpus, worker_resources=worker_resources,
-                      runtime=runtime if isinstance(runtime, str) else None,
-                      ro_paths=tuple(ro_paths), sandbox_paths=tuple(sandbox_paths))
-    env = with_runtime(load_environment(env), runtime, ro_paths=ro_paths,
-                       sandbox_paths=sandbox_paths)
-    out_path = Path(out) if out is not None else default_run_dir(env.name)
-    sampling: dict[str, Any] = {}
-    if temperature is not None:
-        sampling["temperature"] = temperature
-    if max_tokens is not None:
-        sampling["max_tokens"] = max_tokens
-    if engine is not None and (base_url is not None or tokenizer is not None):
-        raise ValueError("engine serves its own model: it excludes base_url and tokenizer")
-    plan = RolloutPlan(base_url=base_url, model=None if engine else model, api_key=api_key,
-                       seed=seed, max_model_len=max_model_len, sampling=sampling,
-                       timeouts=timeouts, tokenizer=tokenizer, upstream_api=upstream_api,
-                       engine=engine, engine_model=model if engine else None,
-                       # A slot per rollout in flight, at most 4: the engine batches them,
-                       # and each slot costs its own KV cache.
-                       engine_parallel=max(1, min(concurrency, 4)))
+    serve = ServePlan(workers=where.workers, concurrency=scale.concurrency,
+                      env_ref=plan.env if isinstance(plan.env, str) else env.ref,
+                      ray_address=where.ray_address, worker_cpus=where.worker_cpus,
+                      worker_resources=where.worker_resources,
+                      runtime=sandbox.runtime if isinstance(sandbox.runtime, str) else None,
+                      ro_paths=sandbox.ro_paths, sandbox_paths=sandbox.sandbox_paths)
+    env = with_runtime(env, sandbox.runtime, ro_paths=sandbox.ro_paths,
+                       sandbox_paths=sandbox.sandbox_paths)
+    out_path = plan.output.out if plan.output.out is not None else default_run_dir(env.name)
+    sampling = plan.sampling.overrides()
+    seed = plan.sampling.seed
+    engine = model.engine
+    rollout_plan = RolloutPlan(
+        base_url=model.base_url, model=None if engine else model.model, api_key=model.api_key,
+        seed=seed, max_model_len=model.max_model_len, sampling=sampling,
+        timeouts=sandbox.timeouts, tokenizer=model.tokenizer, upstream_api=model.upstream_api,
+        engine=engine, engine_model=model.model if engine else None,
+        # A slot per rollout in flight, at most 4: the engine batches them, and each slot
+        # costs its own KV cache.
+        engine_parallel=max(1, min(scale.concurrency, 4)))
+    n, r, concurrency = scale.n, scale.r, scale.concurrency
+    resume = plan.output.resume
     tally = Tally()
     status = "complete"
     lag: float | None = None
     busy: float | None = None
     skipped = [0]
-    async with rollouts(backend, env, plan, serve) as backend_:
+    async with rollouts(where.backend, env, rollout_plan, serve) as backend_:
         meta = {
             "env": env.name, "model": backend_.model, "upstream": backend_.upstream, "n": n,
             "runtime": _runtime_name(env),
             "r": r, "seed": seed, "sampling": {**env.sampling, **sampling},
-            "concurrency": concurrency, "backend": backend,
+            "concurrency": concurrency, "backend": where.backend,
         }
         run = await _open_run(out_path, resume, meta)
         run_key = str(run.meta.get("name") or out_path.name)
@@ -220,7 +200,7 @@ def _runtime_name(env: Environment) -> str | None:
 
 async def _drive(
     backend: Rollouts,
-    run: Run,
+    run: RunWriter,
     env_name: str,
     run_key: str,
     work: Iterator[tuple[Task, int]],

@@ -7,6 +7,7 @@ the session's :class:`~tracewire.trace.Trace` as described in docs/CONTRACTS.md.
 """
 
 from ._cli import COMMAND, proxy_command
+from ._collector import SampleCollector
 from ._config import ProxyConfig, RequestHook, ResponseHook
 from ._server import Proxy
 from ._session import Session, SessionRegistry
@@ -25,6 +26,7 @@ __all__ = [
     "ProxyConfig",
     "RequestHook",
     "ResponseHook",
+    "SampleCollector",
     "Session",
     "SessionAPI",
     "SessionRegistry",

@@ -9,10 +9,12 @@ from typing import Any
 
 import orjson
 
-from ._dialect import Adapter, HarnessRequest, Streamer, up_from_dict
-from ._graph import Outcome
+from ._dialect import Adapter, up_from_dict
 from ._http import BadRequest, sse
 from ._rawjson import RawSpan
+from ._render import Streamer
+from ._request import HarnessRequest
+from ._turn_types import Outcome
 from ._validate import (
     check_depth,
     exact_arguments,

@@ -1,10 +1,10 @@
-"""The interception proxy's app: lifecycle, routes and auth (turns: ``_turn``/``_stream``)."""
+"""The interception proxy's app: lifecycle, routes and auth; each turn is handed whole to the
+turn pipeline (``_turn``)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import hmac
 import logging
 import secrets
 from collections.abc import Callable
@@ -16,16 +16,15 @@ from aiohttp import web
 from .._errors import ProxyError, SessionError, UpstreamError
 from .._memory import tune_allocator
 from ..sessions import SessionSpec, token_from_env
-from ..trace import Call, Trace
+from ..trace import Trace
 from ._anthropic import AnthropicAdapter
 from ._config import ProxyConfig
 from ._dialect import Adapter, ChatAdapter
-from ._http import BadRequest, error_response
+from ._http import BadRequest, bearer, content_type, error_response, read_body, secret_matches
 from ._responses import ResponsesAdapter
 from ._session import Session, SessionRegistry
-from ._session_api import add_session_routes
-from ._stream import relay_stream
-from ._turn import Turn, TurnPipeline
+from ._session_api import SESSION_API_KEY, add_session_routes
+from ._turn import TurnPipeline
 from ._upstream_api import Upstream
 from ._upstream_http import HttpUpstream
 
@@ -129,11 +128,22 @@ class Proxy:
     async def __aexit__(self, *exc: object) -> None:
         await self.stop()
 
+    def sweep(self) -> None:
+        """Drop expired sessions, then the session API's state of sessions that are gone
+        (the proxy's one periodic sweep runs this; calling it by hand is harmless)."""
+        self.registry.sweep()
+        api = self.app.get(SESSION_API_KEY)
+        if api is not None:
+            api.sweep()
+
     async def _sweep(self) -> None:
         period = max(1.0, min(30.0, self.config.session_ttl_s / 4))
         while True:
             await asyncio.sleep(period)
-            self.registry.sweep()
+            try:
+                self.sweep()
+            except Exception:  # a failed sweep must not end the sweeping
+                log.exception("proxy sweep failed")
 
     # -- sessions --------------------------------------------------------------------------
     def create_session(
@@ -171,10 +181,8 @@ class Proxy:
         await self._pipeline.finish(self.registry.get(session_id))
 
     def _auth(self, request: web.Request) -> Session:
-        auth = request.headers.get("Authorization", "")
-        secret = auth[7:].strip() if auth[:7].lower() == "bearer " else ""
-        secret = secret or request.headers.get("x-api-key", "")
-        if not secret.isascii():  # secrets are ASCII; others cannot match (nor encode)
+        secret = bearer(request) or request.headers.get("x-api-key", "")
+        if not secret.isascii():  # secrets are ASCII; no other string can match
             secret = ""
         sid = request.match_info.get("sid")
         if sid is not None:
@@ -182,7 +190,7 @@ class Proxy:
                 s = self.registry.get(sid)
             except SessionError as exc:
                 raise BadRequest(404, str(exc)) from exc
-            if not secret or not hmac.compare_digest(secret.encode(), s.secret.encode()):
+            if not secret_matches(secret, s.secret):
                 raise BadRequest(401, "invalid or missing session secret")
         else:
             found = self.registry.by_secret(secret) if secret else None
@@ -193,23 +201,12 @@ class Proxy:
         return s
 
     async def _body(self, request: web.Request) -> bytes:
-        limit = self.config.max_body_bytes
-        if request.content_length is not None and request.content_length > limit:
-            raise BadRequest(413, f"request body over {limit} bytes")
-        # Plain string work: aiohttp's content_type property runs a full MIME parser.
-        ctype = request.headers.get("Content-Type", "").partition(";")[0].strip().lower()
+        ctype = content_type(request)
         if ctype not in ("application/json", "application/octet-stream", "") and not (
             ctype.endswith("+json")
         ):
             raise BadRequest(415, f"content type must be application/json, not {ctype}")
-        try:
-            return await request.read()
-        except web.HTTPRequestEntityTooLarge as exc:
-            raise BadRequest(413, f"request body over {limit} bytes") from exc
-        except web.RequestPayloadError as exc:  # e.g. Content-Encoding: gzip, body is not
-            request.content.feed_eof()  # nothing more to drain; the connection closes
-            why = getattr(exc.__cause__, "message", "") or str(exc)
-            raise BadRequest(400, f"unreadable request body: {why}", close=True) from exc
+        return await read_body(request, self.config.max_body_bytes)
 
     # -- routes ----------------------------------------------------------------------------
     def _handler(self, endpoint: str) -> Callable[[web.Request], Any]:
@@ -222,18 +219,9 @@ class Proxy:
                 return e.response(adapter.dialect)
             try:
                 body = await self._body(request)
-                turn = await self._pipeline.prepare(request, adapter, session, body)
             except BadRequest as e:
-                if e.code is None:
-                    # A request the proxy refused still says on the trace why the agent
-                    # stopped; a session limit is already recorded as the trace's stop.
-                    session.graph.fail(Call(endpoint=adapter.endpoint), e.message)
-                return e.response(adapter.dialect)
-            if not isinstance(turn, Turn):
-                return turn
-            if turn.up.stream:
-                return await relay_stream(request, turn, self.config.keepalive_s)
-            return await self._pipeline.unary(request, turn)
+                return self._pipeline.refuse(session, adapter, e)
+            return await self._pipeline.run(request, adapter, session, body)
 
         return handle
 

@@ -1,118 +1,116 @@
-"""Streamed turns: relay upstream chunks to the harness as they arrive, keep the link alive
-when the upstream is silent, accumulate the turn and commit it only when it completed."""
+"""The streamed form of a turn's ask, read and render steps: upstream chunks relayed to the
+harness as they arrive (keepalives while the upstream is silent), accumulated into the
+turn's :class:`Outcome`; the turn pipeline (``_turn``) commits it and then closes the
+stream, so a harness that leaves after the last token still has its turn recorded."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 
 from aiohttp import web
 
-from .._errors import UpstreamError
-from ._http import error_response, sse_error
-from ._turn import Turn
-from ._upstream import StreamAccumulator
+from ._http import sse_error
+from ._rawjson import RawSpan
+from ._render import Streamer
+from ._reply import StreamAccumulator
+from ._turn_types import Outcome
 from ._upstream_api import StreamChunk
 
-__all__ = ["relay_stream"]
+__all__ = ["Gone", "StreamRelay"]
 
 
-class _Gone(Exception):
+class Gone(Exception):
     """The harness went away mid-stream."""
 
 
-async def _next(chunks: AsyncIterator[StreamChunk], on_idle: Callable[[], Awaitable[None]],
-                idle_s: float) -> StreamChunk | None:
-    """The next chunk (None at the end), calling ``on_idle`` while the upstream is silent."""
-    task = asyncio.ensure_future(anext(chunks))
-    try:
-        while True:
-            done, _ = await asyncio.wait({task}, timeout=idle_s)
-            if done:
-                break
-            await on_idle()
-    finally:
-        if not task.done():
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration, Exception):
-                await task
-    try:
-        return task.result()
-    except StopAsyncIteration:
-        return None
+class StreamRelay:
+    """The harness's side of one streamed answer: the event-stream response (opened on the
+    first write), every part sent (kept for SDK retries), keepalives while waiting."""
 
+    __slots__ = ("keepalive_s", "request", "resp", "sent", "streamer")
 
-async def relay_stream(request: web.Request, turn: Turn, keepalive_s: float
-                       ) -> web.StreamResponse:
-    """Serve one streamed turn; see the module docstring."""
-    adapter = turn.adapter
-    streamer = adapter.streamer(turn.up)
-    sent: list[bytes] = []
-    resp: web.StreamResponse | None = None
+    def __init__(self, request: web.Request, streamer: Streamer, keepalive_s: float) -> None:
+        self.request = request
+        self.streamer = streamer
+        self.keepalive_s = keepalive_s
+        self.resp: web.StreamResponse | None = None
+        self.sent: list[bytes] = []
 
-    async def write(b: bytes, keep: bool = True) -> None:
-        nonlocal resp
+    async def write(self, b: bytes, keep: bool = True) -> None:
+        """Send ``b`` (kept for retries unless ``keep`` is false); ``Gone`` when the
+        harness left."""
         try:
-            if resp is None:
-                resp = web.StreamResponse(status=200, headers={
+            if self.resp is None:
+                self.resp = web.StreamResponse(status=200, headers={
                     "Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
-                await resp.prepare(request)
-                first = streamer.start()
+                await self.resp.prepare(self.request)
+                first = self.streamer.start()
                 if first:
-                    sent.append(first)
-                    await resp.write(first)
+                    self.sent.append(first)
+                    await self.resp.write(first)
             if keep:
-                sent.append(b)
-            await resp.write(b)
+                self.sent.append(b)
+            await self.resp.write(b)
         except (ConnectionError, RuntimeError) as exc:
-            raise _Gone from exc
+            raise Gone from exc
 
-    async def keepalive() -> None:
-        await write(streamer.keepalive, keep=False)
-
-    chunks = turn.upstream.stream_chat(turn.request)
-    try:
+    async def relay(self, chunks: AsyncIterator[StreamChunk]
+                    ) -> tuple[Outcome, RawSpan | None]:
+        """Relay every chunk, rendered by the streamer; returns the accumulated outcome and
+        where its prompt ids lie when a chunk carried them unparsed. ``UpstreamError`` when
+        the stream breaks, ``Gone`` when the harness left."""
         acc = StreamAccumulator()
+        streamer = self.streamer
         while True:
-            c = await _next(chunks, keepalive, keepalive_s)
+            c = await self._next(chunks)
             if c is None:
                 break
             acc.add(c.data, c.span)
             out_b = streamer.chunk(c.line, c.data, c.span)
             if out_b:
-                await write(out_b)
-        out = acc.finish()
-        if acc.prompt_span is not None:
-            out.prompt = await turn.read_prompt(acc.prompt_span)
-        if not out.choices or not all(ch.finish_reason for ch in out.choices):
-            raise UpstreamError("upstream stream ended before the answer finished")
-    except UpstreamError as exc:
-        turn.fail(str(exc))
-        if resp is None:
-            return error_response(adapter.dialect, exc.status, str(exc))
+                await self.write(out_b)
+        return acc.finish(), acc.prompt_span
+
+    async def _next(self, chunks: AsyncIterator[StreamChunk]) -> StreamChunk | None:
+        """The next chunk (None at the end), with keepalives while the upstream is silent."""
+        task = asyncio.ensure_future(anext(chunks))
         try:
-            await write(sse_error(adapter.dialect, str(exc)))
-            await resp.write_eof()
-        except (_Gone, ConnectionError, RuntimeError):
+            while True:
+                done, _ = await asyncio.wait({task}, timeout=self.keepalive_s)
+                if done:
+                    break
+                await self.write(self.streamer.keepalive, keep=False)
+        finally:
+            if not task.done():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration, Exception):
+                    await task
+        try:
+            return task.result()
+        except StopAsyncIteration:
+            return None
+
+    async def error(self, dialect: str, message: str) -> web.StreamResponse | None:
+        """End an opened stream with an error event (None when nothing was sent yet: the
+        caller answers with a plain error response)."""
+        if self.resp is None:
+            return None
+        try:
+            await self.write(sse_error(dialect, message))
+            await self.resp.write_eof()
+        except (Gone, ConnectionError, RuntimeError):
             pass
-        return resp
-    except _Gone:
-        turn.fail("harness disconnected mid-stream")
-        return resp if resp is not None else web.Response(status=499)
-    except asyncio.CancelledError:
-        turn.fail("harness disconnected mid-stream")
-        raise
-    finally:
-        with contextlib.suppress(Exception):
-            await chunks.aclose()  # type: ignore[attr-defined]
-    turn.commit(out)
-    try:
-        await write(streamer.done(out))
-        assert resp is not None
-        await resp.write_eof()
-    except (_Gone, ConnectionError, RuntimeError):
-        pass  # the turn is committed; the harness left after the last token
-    turn.remember((200, "text/event-stream", sent))
-    assert resp is not None
-    return resp
+        return self.resp
+
+    async def close(self, last: bytes) -> web.StreamResponse:
+        """Send the closing bytes and end the stream (a harness gone by now is ignored)."""
+        try:
+            await self.write(last)
+            assert self.resp is not None
+            await self.resp.write_eof()
+        except (Gone, ConnectionError, RuntimeError):
+            pass  # the turn is committed; the harness left after the last token
+        assert self.resp is not None
+        return self.resp

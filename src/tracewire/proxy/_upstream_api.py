@@ -27,9 +27,18 @@ from numpy.typing import NDArray
 from ..trace import Trace
 from ._rawjson import RawSpan
 
-__all__ = ["StreamChunk", "TurnContext", "Upstream", "UpstreamReply", "UpstreamRequest"]
+__all__ = ["StreamChunk", "TurnContext", "Upstream", "UpstreamReply", "UpstreamRequest",
+           "offload"]
 
 T = TypeVar("T")
+
+
+async def offload(size: int, threshold: int, fn: Callable[..., T], *args: Any) -> T:
+    """``fn(*args)``, in a worker thread when ``size`` (bytes) is over ``threshold``, so big
+    bodies never stall the event loop; small ones skip the thread hop's cost."""
+    if size > threshold:
+        return await asyncio.to_thread(fn, *args)
+    return fn(*args)
 
 
 @dataclass(slots=True, frozen=True)
@@ -168,6 +177,4 @@ class Upstream(ABC):
     async def offload(self, size: int, fn: Callable[..., T], *args: Any) -> T:
         """``fn(*args)``, in a worker thread when ``size`` (bytes) is over
         :attr:`thread_threshold_bytes`, so big bodies never stall the event loop."""
-        if size > self.thread_threshold_bytes:
-            return await asyncio.to_thread(fn, *args)
-        return fn(*args)
+        return await offload(size, self.thread_threshold_bytes, fn, *args)

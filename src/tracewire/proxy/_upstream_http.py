@@ -9,7 +9,7 @@ import aiohttp
 import orjson
 
 from .._errors import UpstreamError
-from ._upstream import cut_ok, cut_prompt, loads_split
+from ._prompt_cut import cut_ok, cut_prompt, loads_split
 from ._upstream_api import StreamChunk, Upstream, UpstreamReply, UpstreamRequest
 
 __all__ = ["HttpUpstream", "upstream_message"]

@@ -16,8 +16,8 @@ import msgspec
 import orjson
 
 from ..trace import Message
-from ._graph import chat_message
 from ._http import BadRequest
+from ._turn_types import chat_message
 
 __all__ = ["MAX_DEPTH", "check_depth", "checked_message", "exact_arguments", "fail", "load_json",
            "load_object", "nested_too_deep", "opt_bool", "opt_int", "opt_list", "opt_number",
@@ -100,11 +100,21 @@ def req_str(d: Mapping[str, Any], key: str, where: str) -> str:
     return v
 
 
-def opt_int(d: Mapping[str, Any], key: str, where: str = "") -> int | None:
-    """``d[key]`` when it is an integer (not a boolean); None when absent or null."""
+def opt_int(d: Mapping[str, Any], key: str, where: str = "",
+            bounds: tuple[int, int] | None = None) -> int | None:
+    """``d[key]`` when it is an integer (not a boolean), within ``bounds`` (inclusive) when
+    given; None when absent or null."""
     v = d.get(key)
-    if v is not None and (not isinstance(v, int) or isinstance(v, bool)):
-        fail(f"{where}.{key}" if where else key, f"must be an integer, got {type_name(v)}")
+    if v is None:
+        return None
+    if bounds is None:
+        if not isinstance(v, int) or isinstance(v, bool):
+            fail(f"{where}.{key}" if where else key, f"must be an integer, got {type_name(v)}")
+        return v
+    lo, hi = bounds
+    if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
+        name = f"{where}.{key}" if where else key
+        fail("", f"{name!r} must be an integer in [{lo}, {hi}] or null, got {str(v)[:40]}")
     return v
 
 

@@ -37,18 +37,17 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ._api import ExecResult, ProxyEndpoint, Runtime, RuntimeUnavailable, SandboxError
+from ._api import ExecResult, RuntimeUnavailable, SandboxError
 from ._disk import disk_full, mount_tmpfs, unmount
 from ._launch import PREFIX as RELAY_NOTE
 from ._limits import Cgroup, prlimit_argv
 from ._proc import run_process
 from ._reap import PREFIX, Marker, start_janitor
-from ._relay import SessionRelay
 from ._resolve import Exposure, expose
+from ._sandbox import INSIDE_RUN, INSIDE_WORKDIR, LAUNCH, SIGNAL_LIMITS, SandboxRuntime
 
 __all__ = ["BwrapRuntime", "bwrap_usable"]
 
-_LAUNCH = Path(__file__).with_name("_launch.py")
 _ETC_DIRS = ("/etc/ssl", "/etc/ca-certificates", "/etc/alternatives")
 _ETC_FILES = ("/etc/ld.so.cache", "/etc/localtime", "/etc/mime.types")
 _SYSTEM = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
@@ -57,9 +56,6 @@ _SYSTEM = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 CA_VARS = ("SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE",
            "NODE_EXTRA_CA_CERTS", "AWS_CA_BUNDLE", "GIT_SSL_CAINFO", "PIP_CERT",
            "NIX_SSL_CERT_FILE", "HTTPLIB2_CA_CERTS", "GRPC_DEFAULT_SSL_ROOTS_FILE_PATH")
-_SIGNAL_LIMITS = {128 + 24: "cpu", 128 + 25: "file"}  # SIGXCPU, SIGXFSZ
-INSIDE_WORKDIR = "/workspace"
-INSIDE_RUN = "/run/tracewire"
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin"
 
 
@@ -85,7 +81,7 @@ async def bwrap_usable() -> str | None:
     return None
 
 
-class BwrapRuntime(Runtime):
+class BwrapRuntime(SandboxRuntime):
     """Run each command in a bubblewrap sandbox (see the module doc for what it holds).
 
     ``ro_paths``: host paths bound read-only at the same path (a venv, a tool's install
@@ -95,7 +91,7 @@ class BwrapRuntime(Runtime):
     """
 
     name = "bwrap"
-    workdir = INSIDE_WORKDIR
+    _work = ("rw", "work")
 
     def __init__(
         self,
@@ -111,8 +107,6 @@ class BwrapRuntime(Runtime):
         self.rw_paths = [os.path.abspath(p) for p in rw_paths]
         self.sandbox_path = [os.path.abspath(p) for p in sandbox_path]
         self.bwrap = bwrap or shutil.which("bwrap") or ""
-        self._state: Path | None = None
-        self._relay: SessionRelay | None = None
         self._cgroup: Cgroup | None = None
         self._marker: Marker | None = None
         self._mounted: Path | None = None
@@ -134,25 +128,9 @@ class BwrapRuntime(Runtime):
         return {n: self._exposed.found[n] for n in names}
 
     @property
-    def relay(self) -> SessionRelay | None:
-        """The host end of the proxy relay (None without an endpoint)."""
-        return self._relay
-
-    @property
     def cgroup(self) -> Cgroup | None:
         """The cgroup holding processes/memory limits (None when none could be made)."""
         return self._cgroup
-
-    @property
-    def agent_endpoint(self) -> ProxyEndpoint | None:
-        """The session at ``127.0.0.1:<proxy port>`` on the sandbox's own loopback."""
-        return self.endpoint.on_loopback() if self.endpoint is not None else None
-
-    def host_workdir(self) -> Path:
-        """Where ``/workspace`` lives on the host."""
-        if self._state is None:
-            raise SandboxError("bwrap runtime not booted")
-        return self._state / "rw" / "work"
 
     @property
     def disk_dir(self) -> Path | None:
@@ -177,9 +155,7 @@ class BwrapRuntime(Runtime):
         self._state = Path(await asyncio.to_thread(tempfile.mkdtemp, prefix=PREFIX, dir=tmp))
         self._marker = await asyncio.to_thread(Marker, self._state)
         await asyncio.to_thread(self._make_dirs, self._state)
-        if self.endpoint is not None:
-            self._relay = SessionRelay(self.endpoint, self._state / "run" / "proxy.sock")
-            await self._relay.start()
+        await self._start_relay()
         marker = self._marker
         self._cgroup = await asyncio.to_thread(
             Cgroup.make, self.limits, lambda d: marker.add("cgroups", d))
@@ -195,7 +171,7 @@ class BwrapRuntime(Runtime):
         for d in ("work", "tmp"):
             (state / "rw" / d).mkdir(mode=0o755)
         (state / "rw" / "tmp").chmod(0o1777)
-        shutil.copy(_LAUNCH, state / "run" / "launch.py")
+        shutil.copy(LAUNCH, state / "run" / "launch.py")
         etc = state / "etc"
         (etc / "passwd").write_text(
             "root:x:0:0:root:/workspace:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/false\n")
@@ -215,9 +191,7 @@ class BwrapRuntime(Runtime):
         if self._cgroup is not None:
             await asyncio.to_thread(self._cgroup.remove)
             self._cgroup = None
-        if self._relay is not None:
-            await self._relay.stop()
-            self._relay = None
+        await self._stop_relay()
         if self._mounted is not None:
             await asyncio.to_thread(unmount, self._mounted)
             self._mounted = None
@@ -255,13 +229,10 @@ class BwrapRuntime(Runtime):
             a += ["--ro-bind", p, p]
         for p in self.rw_paths:
             a += ["--bind", p, p]
-        where = cwd if cwd and cwd.startswith("/") else os.path.join(INSIDE_WORKDIR, cwd or "")
+        where = self.inside(cwd)
         a += ["--remount-ro", "/", "--chdir", where.rstrip("/") or "/", "--"]
         exe, _ = _interpreter()
-        port = self.endpoint.port if self.endpoint is not None else 0
-        a += [exe, "-I", "-S", f"{INSIDE_RUN}/launch.py", str(port), f"{INSIDE_RUN}/proxy.sock",
-              "--", *argv]
-        return a
+        return [*a, exe, *self.launcher_args(), *argv]
 
     def _visible(self, path: str) -> bool:
         """Whether a host path is inside something bound into the sandbox."""
@@ -299,7 +270,7 @@ class BwrapRuntime(Runtime):
             result.extra["limits_hit"] = {k: after[k] - before.get(k, 0) for k in fired}
         if result.limit is None and not result.timed_out:
             if result.exit_code not in (0, None):
-                result.limit = fired[0] if fired else _SIGNAL_LIMITS.get(result.exit_code or 0)
+                result.limit = fired[0] if fired else SIGNAL_LIMITS.get(result.exit_code or 0)
             if result.limit is None and disk is not None and disk_full(disk):
                 result.limit = "disk"
         notes = [line[len(RELAY_NOTE):] for line in result.stderr.decode(

@@ -12,7 +12,8 @@ image is pulled: build one from a local root filesystem, e.g. from the host's ow
 
 (then add ``/bin``, ``/lib``… links for a merged-/usr system: ``docker build`` with a
 ``FROM tracewire-sandbox:local`` and ``RUN ln -s usr/bin /bin`` … or import a debootstrap
-tree). Not run on the machine this was written on (no daemon); its test skips there.
+tree). Its tests run where ``TRACEWIRE_DOCKER_IMAGE`` is set and a daemon answers, and
+skip elsewhere.
 """
 
 from __future__ import annotations
@@ -27,16 +28,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ._api import ExecResult, ProxyEndpoint, Runtime, RuntimeUnavailable, SandboxError
+from ._api import ExecResult, RuntimeUnavailable
 from ._proc import run_process
-from ._relay import SessionRelay
+from ._sandbox import INSIDE_RUN, INSIDE_WORKDIR, LAUNCH, SIGNAL_LIMITS, SandboxRuntime
 
 __all__ = ["DockerRuntime", "docker_usable"]
-
-_LAUNCH = Path(__file__).with_name("_launch.py")
-_SIGNAL_LIMITS = {128 + 24: "cpu", 128 + 25: "file"}
-INSIDE_WORKDIR = "/workspace"
-INSIDE_RUN = "/run/tracewire"
 
 
 async def _run(*argv: str, timeout: float = 60.0) -> tuple[int, str]:
@@ -67,7 +63,7 @@ async def docker_usable(engine: str = "docker", image: str | None = None) -> str
     return None
 
 
-class DockerRuntime(Runtime):
+class DockerRuntime(SandboxRuntime):
     """One container per rollout from ``image`` (see the module doc for building one).
 
     ``engine``: ``docker`` or ``podman``; ``python``: the image's interpreter for the
@@ -75,7 +71,6 @@ class DockerRuntime(Runtime):
     """
 
     name = "docker"
-    workdir = INSIDE_WORKDIR
 
     def __init__(
         self,
@@ -94,20 +89,7 @@ class DockerRuntime(Runtime):
         self.ro_paths = [os.path.abspath(p) for p in ro_paths]
         self.run_args = list(run_args)
         self.container = "tracewire-" + secrets.token_hex(6)
-        self._state: Path | None = None
-        self._relay: SessionRelay | None = None
         self._started = False
-
-    @property
-    def agent_endpoint(self) -> ProxyEndpoint | None:
-        """The session at ``127.0.0.1:<proxy port>`` on the sandbox's own loopback."""
-        return self.endpoint.on_loopback() if self.endpoint is not None else None
-
-    def host_workdir(self) -> Path:
-        """Where ``/workspace`` lives on the host (a bind mount)."""
-        if self._state is None:
-            raise SandboxError("docker runtime not booted")
-        return self._state / "work"
 
     def run_argv(self) -> list[str]:
         """The ``docker run …`` command line that starts the container."""
@@ -129,18 +111,17 @@ class DockerRuntime(Runtime):
                 a += ["--ulimit", f"{name}={value}:{value}"]
         for p in self.ro_paths:
             a += ["-v", f"{p}:{p}:ro"]
-        port = self.endpoint.port if self.endpoint is not None else 0
-        return [*a, *self.run_args, self.image, "-I", "-S", f"{INSIDE_RUN}/launch.py",
-                str(port), f"{INSIDE_RUN}/proxy.sock", "--"]
+        # The launcher is the container's main process (the entrypoint is the image's
+        # python); each exec'd command runs beside it, reaching the session through it.
+        return [*a, *self.run_args, self.image, *self.launcher_args()]
 
     async def _boot(self) -> None:
         if shutil.which(self.engine) is None:
             raise RuntimeUnavailable(f"{self.engine} is not installed")
         self._state = Path(await asyncio.to_thread(tempfile.mkdtemp, prefix="tw-docker-"))
         await asyncio.to_thread(self._make_dirs, self._state)
-        if self.endpoint is not None:
-            self._relay = SessionRelay(self.endpoint, self._state / "run" / "proxy.sock")
-            await self._relay.start()
+        await self._start_relay()
+        if self._relay is not None:
             # The container's root may differ from ours: let it reach the socket.
             await asyncio.to_thread(os.chmod, self._relay.socket_path, 0o666)
         self._started = True  # from here on, close removes the container whatever happens
@@ -153,12 +134,11 @@ class DockerRuntime(Runtime):
         for d in ("work", "run"):
             (state / d).mkdir(mode=0o755)
         (state / "work").chmod(0o777)
-        shutil.copy(_LAUNCH, state / "run" / "launch.py")
+        shutil.copy(LAUNCH, state / "run" / "launch.py")
 
     async def _exec(self, argv: list[str], env: dict[str, str], cwd: str | None,
                     timeout: float | None, stdin: bytes | None) -> ExecResult:
-        where = cwd if cwd and cwd.startswith("/") else os.path.join(INSIDE_WORKDIR, cwd or "")
-        a = [self.engine, "exec", "-w", where]
+        a = [self.engine, "exec", "-w", self.inside(cwd)]
         if stdin is not None:
             a.append("-i")
         for k, v in {"HOME": INSIDE_WORKDIR, **self._agent_env(env)}.items():
@@ -174,7 +154,7 @@ class DockerRuntime(Runtime):
                 await asyncio.shield(_run(self.engine, "exec", self.container, "kill", "-9",
                                           "-1", timeout=30))
         if result.exit_code not in (0, None) and not result.timed_out:
-            result.limit = _SIGNAL_LIMITS.get(result.exit_code or 0)
+            result.limit = SIGNAL_LIMITS.get(result.exit_code or 0)
             if result.exit_code == 137:
                 result.extra["note"] = "SIGKILL: likely the memory limit (docker reports " \
                                        "OOM only for the main process)"
@@ -184,9 +164,7 @@ class DockerRuntime(Runtime):
         if self._started:
             with contextlib.suppress(OSError):
                 await _run(self.engine, "rm", "-f", self.container, timeout=60)
-        if self._relay is not None:
-            await self._relay.stop()
-            self._relay = None
+        await self._stop_relay()
         if self._state is not None:
             await asyncio.to_thread(shutil.rmtree, self._state, True)
             self._state = None

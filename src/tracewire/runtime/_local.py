@@ -23,15 +23,15 @@ __all__ = ["LocalRuntime"]
 
 
 class LocalRuntime(Runtime):
-    """Today's behaviour: a subprocess on the host, cwd a fresh temp dir, the host's
-    environment plus the session's variables, rlimits (CPU, file size, address space)
-    through ``prlimit`` when it is installed. Not a sandbox."""
+    """A subprocess on the host, cwd a fresh temp dir, the host's environment plus the
+    session's variables, rlimits (CPU, file size, address space) through ``prlimit`` when
+    it is installed and limits are given. Not a sandbox."""
 
     name = "local"
 
     def __init__(self, *, inherit_env: bool = True, limits: Limits | None = None,
                  **kwargs: Any) -> None:
-        # Today's behaviour by default: no limits unless asked for.
+        # No limits unless asked for: a trusted host program runs as it would on its own.
         super().__init__(limits=limits or Limits(None, None, None, None, None), **kwargs)
         self.inherit_env = inherit_env
         self._dir: Path | None = None

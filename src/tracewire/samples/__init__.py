@@ -10,7 +10,7 @@ proxy's (``tracewire.proxy``); its client is ``tracewire.sessions.SessionClient`
 from ._assemble import assemble
 from ._builder import SampleBuilder
 from ._codec import decode_samples, encode_parts, encode_samples, payload_meta
-from ._hooks import Picker, Postprocess, default_picker, default_postprocess
+from ._hooks import Picker, Postprocess, default_picker, default_postprocess, hook_name
 from ._sample import Sample, SampleStatus, status_of
 from ._torch import to_torch
 
@@ -26,6 +26,7 @@ __all__ = [
     "default_postprocess",
     "encode_parts",
     "encode_samples",
+    "hook_name",
     "payload_meta",
     "status_of",
     "to_torch",

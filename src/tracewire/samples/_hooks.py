@@ -19,6 +19,7 @@ __all__ = [
     "Postprocess",
     "default_picker",
     "default_postprocess",
+    "hook_name",
     "run_picker",
     "run_postprocess",
 ]
@@ -84,8 +85,15 @@ def default_postprocess(trace: Trace, samples: list[Sample]) -> list[Sample]:
     return samples
 
 
-def _hook_name(hook: object) -> str:
-    return str(getattr(hook, "__qualname__", None) or getattr(hook, "__name__", None) or hook)
+def hook_name(hook: object, *, qualified: bool = False) -> str:
+    """The name a user hook goes by: its ``__name__`` (else its repr), as the proxy records
+    it in ``Call.hooks``; ``qualified``: its ``__qualname__`` first, for error messages."""
+    if qualified:
+        # Error messages name the hook precisely (``Trainer.pick``, ``f.<locals>.g``).
+        return str(getattr(hook, "__qualname__", None) or getattr(hook, "__name__", None)
+                   or hook)
+    # Records keep the short name they have always had, so traces compare across versions.
+    return str(getattr(hook, "__name__", repr(hook)))
 
 
 def run_picker(picker: Picker, trace: Trace, candidates: list[int]) -> list[int]:
@@ -93,20 +101,21 @@ def run_picker(picker: Picker, trace: Trace, candidates: list[int]) -> list[int]
     try:
         picked = list(picker(trace, list(candidates)))
     except Exception as exc:
-        raise HookError(f"hook picker {_hook_name(picker)} raised {exc!r}") from exc
+        raise HookError(f"hook picker {hook_name(picker, qualified=True)} raised {exc!r}"
+                        ) from exc
     allowed = set(candidates)
     bad = [x for x in picked if x not in allowed]
     if bad:
         raise HookError(
-            f"hook picker {_hook_name(picker)} returned {bad[:5]}, not among leaves "
-            f"{candidates[:20]}"
+            f"hook picker {hook_name(picker, qualified=True)} returned {bad[:5]}, not among "
+            f"leaves {candidates[:20]}"
         )
     return sorted(set(picked))
 
 
 def run_postprocess(postprocess: Postprocess, trace: Trace, samples: list[Sample]) -> list[Sample]:
     """Call ``postprocess``; its errors and non-Sample answers become HookError."""
-    name = _hook_name(postprocess)
+    name = hook_name(postprocess, qualified=True)
     try:
         out = list(postprocess(trace, samples))
     except Exception as exc:

@@ -1,10 +1,10 @@
 """The env server: a ROUTER broker in front of worker processes.
 
 Clients talk to one ROUTER socket; workers connect (DEALER) to a second one. A request
-becomes one job per episode; jobs wait in a bounded queue and go to the least-loaded ready
-worker while fewer than ``max_inflight`` run. Worker output is routed by its 9-byte job frame
-and forwarded to the client as it arrived (no decoding, no copy). Worker start, restart,
-scaling, hang detection and timeouts live in :class:`~tracewire.serve._supervisor.Workers`.
+becomes one job per episode (queued, dispatched and failed by :class:`~._jobs.Dispatcher`).
+Worker output is routed by its 9-byte job frame and forwarded to the client as it arrived (no
+decoding, no copy). Worker start, restart, scaling, hang detection and timeouts live in
+:class:`~tracewire.serve._supervisor.Workers`; the sockets themselves in ``_sockets``.
 
 Sockets bound on TCP are CURVE servers (``_auth``): each worker connects with a keypair made
 for it alone and its messages are taken only when their CURVE user id is the worker id they
@@ -15,25 +15,20 @@ anyone else are dropped and counted (``frames_dropped``, ``*_handshakes_failed``
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
-import shutil
-import struct
-import tempfile
 import time
 from collections import deque
 from typing import Any
 
 import zmq
 
-from .._errors import BusyError, ProtocolError, RunTimeout, ServeError, WorkerDiedError
+from .._errors import BusyError, ProtocolError, ServeError
 from ..trace import SCHEMA_VERSION, new_id
-from ._auth import ClientKey, is_tcp
+from ._auth import ClientKey
 from ._config import DEFAULT_ADDRESS, ServerConfig, WorkerConfig
 from ._direct import loopback_id, valid_data_address
-from ._guard import Guard
-from ._io import Reader
+from ._jobs import Dispatcher
 from ._liveness import ClientWatch
 from ._pool import LocalProcessPool, WorkerPool
 from ._protocol import (
@@ -46,16 +41,12 @@ from ._protocol import (
     parse_job_frame,
 )
 from ._runner import RunnerFactory, factory_ref, standin_factory
+from ._sockets import HANDSHAKE_FAILED, BrokerSockets, monitor_event
 from ._supervisor import Job, Workers, WorkerState
 
 __all__ = ["EnvServer"]
 
 log = logging.getLogger("tracewire.serve")
-
-# What a socket monitor reports, and the events counted as a refused handshake.
-_EVENT = struct.Struct("=HI")
-_HANDSHAKE_FAILED = (zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
-                     | zmq.EVENT_HANDSHAKE_FAILED_AUTH)
 
 
 class EnvServer:
@@ -80,22 +71,11 @@ class EnvServer:
         self.options = dict(options or {})
         self._bind = address
         self.address = address
-        # Plain sockets driven by readers that drain each wake-up in one batch (see _io).
-        self._ctx: zmq.Context[Any] = zmq.Context()
-        self._front: zmq.Socket[Any] | None = None
-        self._back: zmq.Socket[Any] | None = None
-        self._readers: list[Reader] = []
-        self._monitors: list[tuple[zmq.Socket[Any], zmq.Socket[Any]]] = []
-        self._tmpdir: str | None = None
-        self._guard = Guard(self._ctx)
-        self.jobs: dict[int, Job] = {}
-        self.queue: deque[Job] = deque()
-        self.requests: dict[tuple[bytes, str], set[int]] = {}
+        self._sockets = BrokerSockets()
+        self._guard = self._sockets.guard
         self.clients = ClientWatch(self.config.client_timeout)
-        self.inflight = 0
         self.stopping = False
         self.started_at = 0.0
-        self._next_job = 1
         self._tasks: list[asyncio.Task[None]] = []
         self._stopped = asyncio.Event()
         self.counters = {"runs": 0, "episodes_ok": 0, "episodes_failed": 0, "busy": 0,
@@ -104,6 +84,7 @@ class EnvServer:
                          "frames_dropped": 0, "worker_handshakes_failed": 0,
                          "client_handshakes_failed": 0}
         self.workers = Workers(self, pool or LocalProcessPool())
+        self._jobs = Dispatcher(self)
         # Told to clients in `hello`, so they use the direct path only on a shared loopback.
         self._loopback = loopback_id() if self.workers.pool.same_host else None
 
@@ -114,73 +95,20 @@ class EnvServer:
         # Joining a cluster blocks (Ray: seconds, once per process) and Ray wants the main
         # thread; callers that mind the stall call ``pool.prepare()`` before their loop.
         self.workers.pool.prepare()
-        pool = self.workers.pool
-        endpoint = cfg.worker_endpoint
-        if pool.in_process:
-            # In-process workers use inproc:// alone; nothing else may dial in.
-            endpoint = f"inproc://tracewire-workers-{id(self):x}"
-        elif endpoint is None and pool.same_host:
-            self._tmpdir = tempfile.mkdtemp(prefix="tw-serve-")
-            endpoint = f"ipc://{self._tmpdir}/workers.sock"
-        elif endpoint is None:
-            endpoint = "tcp://127.0.0.1:0"  # remote workers: loopback unless told otherwise
-        curve_front = cfg.curve and is_tcp(self._bind)
-        curve_workers = cfg.curve and is_tcp(endpoint)
-        self._front = self._ctx.socket(zmq.ROUTER)
-        self._front.setsockopt(zmq.LINGER, 1000)
-        self._front.setsockopt(zmq.MAXMSGSIZE, cfg.max_request_bytes)
-        # Sends to a gone or non-reading peer fail loudly instead of vanishing.
-        self._front.setsockopt(zmq.ROUTER_MANDATORY, 1)
-        if curve_front:
-            self._guard.arm(self._front, workers=False)
-        try:
-            self._front.bind(self._bind)
-        except zmq.ZMQError as exc:
-            self._front.close(0)
-            self._guard.close()
-            raise ServeError(f"cannot bind {self._bind}: {exc}") from exc
-        self.address = str(self._front.getsockopt_string(zmq.LAST_ENDPOINT))
-        self._back = self._ctx.socket(zmq.ROUTER)
-        self._back.setsockopt(zmq.LINGER, 0)
-        self._back.setsockopt(zmq.ROUTER_MANDATORY, 1)
-        if curve_workers:
-            self._guard.arm(self._back, workers=True)
-        try:
-            self._back.bind(endpoint)
-        except zmq.ZMQError as exc:
-            self._front.close(0)
-            self._back.close(0)
-            self._guard.close()
-            raise ServeError(f"cannot bind the worker endpoint {endpoint}: {exc}") from exc
-        self.worker_endpoint = str(self._back.getsockopt_string(zmq.LAST_ENDPOINT))
-        if pool.in_process:
-            pool.attach(self._ctx, self.worker_endpoint)
-        if curve_front:
-            self._guard.admit_clients(self.address, cfg.client_key_file, cfg.client_keys)
+        sockets = self._sockets
+        sockets.bind(cfg, self._bind, self.workers.pool, f"{id(self):x}")
+        self.address = sockets.address
+        self.worker_endpoint = sockets.worker_endpoint
         self.started_at = time.time()
-        self._front_io = Reader(self._front, self._on_front, "clients")
-        self._back_io = Reader(self._back, self._on_worker, "workers")
-        self._readers = [self._front_io, self._back_io]
-        # A worker's connection closing (its process or node gone) is heard at once; the
-        # heartbeat timeout stays the backstop for peers that vanish without closing.
-        self._watch(self._back, zmq.EVENT_DISCONNECTED | _HANDSHAKE_FAILED, "worker")
-        if curve_front:
-            self._watch(self._front, _HANDSHAKE_FAILED, "client")
-        for r in self._readers:
-            r.start()
+        sockets.serve(self._on_front, self._on_worker, self._on_event)
+        self._front_io, self._back_io = sockets.front_io, sockets.back_io
         self._tasks = [asyncio.create_task(self._supervise(), name="serve-supervise")]
         self.workers.ensure()
         return self
 
-    def _watch(self, sock: zmq.Socket[Any], events: int, who: str) -> None:
-        monitor = sock.get_monitor_socket(events)
-        self._monitors.append((sock, monitor))
-        self._readers.append(Reader(monitor, lambda frames: self._on_event(who, frames),
-                                    f"{who}-monitor"))
-
     def _on_event(self, who: str, frames: list[Any]) -> None:
-        event, _ = _EVENT.unpack_from(frames[0].buffer)
-        if event & _HANDSHAKE_FAILED:
+        event = monitor_event(frames)
+        if event & HANDSHAKE_FAILED:
             self.counters[f"{who}_handshakes_failed"] += 1
         elif who == "worker" and event == zmq.EVENT_DISCONNECTED:
             self.workers.probe()
@@ -221,31 +149,21 @@ class EnvServer:
             await self._stopped.wait()
             return
         self.stopping = True
-        for job in list(self.queue):
-            self.fail_job(job, ServeError("server shut down before the run started"))
+        jobs = self._jobs
+        for job in list(jobs.queue):
+            jobs.fail(job, ServeError("server shut down before the run started"))
         if drain:
             deadline = time.monotonic() + timeout
-            while self.inflight and time.monotonic() < deadline:
+            while jobs.inflight and time.monotonic() < deadline:
                 await asyncio.sleep(0.02)
-        for job in list(self.jobs.values()):
-            self.fail_job(job, ServeError("server shut down before the run finished"))
+        for job in list(jobs.jobs.values()):
+            jobs.fail(job, ServeError("server shut down before the run finished"))
         await self.workers.stop_all()
         for t in self._tasks:
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         await asyncio.sleep(0.05)  # let the last answers leave the socket
-        for r in self._readers:
-            r.stop()
-        for sock, monitor in self._monitors:
-            sock.disable_monitor()
-            monitor.close(linger=0)
-        for s in (self._front, self._back):
-            if s is not None:
-                s.close(linger=1000)
-        self._guard.close()
-        self._ctx.term()
-        if self._tmpdir:
-            shutil.rmtree(self._tmpdir, ignore_errors=True)
+        self._sockets.close()
         self._stopped.set()
 
     # -- sending ---------------------------------------------------------------------------
@@ -277,105 +195,34 @@ class EnvServer:
             return exc.errno != zmq.EHOSTUNREACH  # a full queue is a slow worker, not a gone one
         return True
 
-    # -- jobs ------------------------------------------------------------------------------
-    def fail_job(self, job: Job, exc: Exception) -> None:
-        """Tell the client ``job`` failed (once) and stop it wherever it is."""
-        if job.open:
-            job.open = False
-            self.counters["episodes_failed"] += 1
-            self.answer(job.client, "error", job.rid, error_body(exc, i=job.index))
-        if job.worker is None:
-            with contextlib.suppress(ValueError):
-                self.queue.remove(job)
-            self.release(job)
-        else:
-            w = self.workers.get(job.worker)
-            if w is None or w.state == "dead" or not self.to_worker(w, "cancel", {"job": job.id}):
-                self.release(job)
-            elif job.kill_at is None:
-                # A worker that does not stop the episode is hung: it is killed then.
-                job.kill_at = time.monotonic() + self.config.cancel_grace
+    # -- jobs (see _jobs) ------------------------------------------------------------------
+    @property
+    def jobs(self) -> dict[int, Job]:
+        """Jobs not yet finished, by id (queued or running)."""
+        return self._jobs.jobs
 
-    def release(self, job: Job) -> None:
-        """Forget a finished job and free its slot."""
-        if self.jobs.pop(job.id, None) is None:
-            return
-        if job.worker is not None:
-            self.inflight -= 1
-            w = self.workers.get(job.worker)
-            if w is not None:
-                w.jobs.discard(job.id)
-                w.done += 1
-                w.idle_since = time.monotonic()
-        key = (job.client, job.rid)
-        ids = self.requests.get(key)
-        if ids is not None:
-            ids.discard(job.id)
-            if not ids:
-                del self.requests[key]
-        self.pump()
+    @property
+    def queue(self) -> deque[Job]:
+        """Jobs waiting for a free worker, oldest first."""
+        return self._jobs.queue
 
-    def pump(self) -> None:
-        """Dispatch queued jobs to the least-loaded ready workers while slots are free."""
-        dispatched = False
-        while self.queue and self.inflight < self.config.max_inflight and not self.stopping:
-            w = self.workers.least_loaded()
-            if w is None:
-                break
-            job = self.queue.popleft()
-            body = {**job.body, "job": job.id, "index": job.index}
-            if not self.to_worker(w, "run", body, job.rid):
-                self.queue.appendleft(job)
-                self.workers.kill(w, "does not accept work")
-                break
-            job.worker = w.id
-            job.deadline = time.monotonic() + self.config.run_timeout
-            w.jobs.add(job.id)
-            self.inflight += 1
-            dispatched = True
-        if dispatched or self.queue:
-            # Only then can more workers be wanted (the supervisor keeps the minimum).
-            self.workers.ensure()
-
-    def expire(self, now: float) -> None:
-        """Fail jobs past their queue wait or run deadline."""
-        cfg = self.config
-        while self.queue and self.queue[0].queued_at + cfg.queue_timeout < now:
-            job = self.queue[0]
-            self.counters["busy"] += 1
-            self.fail_job(job, BusyError(f"no free worker within {cfg.queue_timeout}s "
-                                         f"({self.inflight} runs in flight)"))
-        lost = self.clients.lost(now) if len(self.clients) else set()
-        for job in list(self.jobs.values()):
-            if job.open and job.client in lost:
-                self.counters["clients_lost"] += 1
-                self.fail_job(job, ServeError("the client stopped sending heartbeats"))
-            elif job.open and job.deadline is not None and job.deadline < now:
-                self.counters["timeouts"] += 1
-                self.fail_job(job, RunTimeout(f"run exceeded the server's run timeout of "
-                                              f"{cfg.run_timeout}s"))
-            elif job.kill_at is not None and job.kill_at < now and job.worker is not None:
-                w = self.workers.get(job.worker)
-                job.kill_at = None
-                if w is not None:
-                    self.counters["workers_unresponsive"] += 1
-                    self.workers.kill(w, f"did not stop a cancelled episode within "
-                                         f"{cfg.cancel_grace}s")
-        if len(self.clients):
-            self.clients.keep_only({j.client for j in self.jobs.values()})
+    @property
+    def inflight(self) -> int:
+        """Jobs running on a worker."""
+        return self._jobs.inflight
 
     async def _supervise(self) -> None:
         """Every 50 ms: job deadlines, then the worker manager's own checks."""
         while True:
             await asyncio.sleep(0.05)
             now = time.monotonic()
-            self.expire(now)
+            self._jobs.expire(now)
             self.workers.check(now)
 
     # -- what the worker manager needs (the Broker protocol of _supervisor) ----------------
     def waiting(self) -> int:
         """Episodes queued for want of a free worker."""
-        return len(self.queue)
+        return len(self._jobs.queue)
 
     def worker_config(self, w: WorkerState) -> WorkerConfig:
         """The configuration (and keys) the new worker ``w`` starts with."""
@@ -389,21 +236,14 @@ class EnvServer:
 
     def worker_ready(self, w: WorkerState) -> None:
         """A worker takes work from now on: give it some."""
-        self.pump()
+        self._jobs.pump()
 
     def worker_gone(self, w: WorkerState, status: int) -> None:
         """Fail every job of a worker that exited (called within ms of its death noticed)."""
         self._guard.forget_worker(w.public_key)  # nobody reconnects as it
         where = f"pid {w.pid}" if w.pid is not None else (w.where or "no pid")
-        for jid in list(w.jobs):
-            job = self.jobs.get(jid)
-            if job is None:
-                continue
-            self.fail_job(job, WorkerDiedError(
-                f"worker {w.id} ({where}) exited with status {status} while running "
-                f"this episode; it is being replaced"))
-            self.release(job)
-        self.pump()
+        self._jobs.worker_gone(w, f"worker {w.id} ({where}) exited with status {status} while "
+                                  f"running this episode; it is being replaced")
 
     # -- client requests -------------------------------------------------------------------
     def _on_front(self, frames: list[Any]) -> None:
@@ -434,19 +274,10 @@ class EnvServer:
         elif env.kind == "stats":
             self.answer(client, "reply", rid, self.stats())
         elif env.kind == "cancel":
-            self.answer(client, "reply", rid, {"cancelled": self._cancel(client, body)})
+            target = str(body.get("target", ""))
+            self.answer(client, "reply", rid, {"cancelled": self._jobs.cancel(client, target)})
         else:
             self._submit(client, rid, env.kind, body)
-
-    def _cancel(self, client: bytes, body: dict[str, Any]) -> int:
-        target = str(body.get("target", ""))
-        ids = list(self.requests.get((client, target), ()))
-        for jid in ids:
-            job = self.jobs.get(jid)
-            if job is not None and job.open:
-                self.counters["cancelled"] += 1
-                self.fail_job(job, ServeError(f"run {target} was cancelled by the client"))
-        return len(ids)
 
     def _submit(self, client: bytes, rid: str, kind: str, body: dict[str, Any]) -> None:
         cfg = self.config
@@ -466,17 +297,16 @@ class EnvServer:
         if self.stopping:
             self.answer(client, "error", rid, error_body(ServeError("server is shutting down")))
             return
-        if (client, rid) in self.requests:
+        jobs = self._jobs
+        if (client, rid) in jobs.requests:
             self.answer(client, "error", rid, error_body(ProtocolError(
                 f"request id {rid!r} is already in use")))
             return
-        assert cfg.max_queue is not None
-        if len(self.queue) + r > cfg.max_queue or (
-                r > cfg.max_inflight - self.inflight + cfg.max_queue - len(self.queue)):
+        if not jobs.has_room(r):
             self.counters["busy"] += 1
             self.answer(client, "error", rid, error_body(BusyError(
-                f"server busy: {self.inflight} runs in flight (max {cfg.max_inflight}), "
-                f"{len(self.queue)} queued (max {cfg.max_queue})")))
+                f"server busy: {jobs.inflight} runs in flight (max {cfg.max_inflight}), "
+                f"{len(jobs.queue)} queued (max {cfg.max_queue})")))
             return
         self.counters["runs"] += 1
         group_id = (body.get("group_id") or new_id()) if kind == "run_group" else None
@@ -490,15 +320,7 @@ class EnvServer:
         now = time.monotonic()
         if "hb" in body:
             self.clients.promise(client, body["hb"], now)
-        ids = self.requests.setdefault((client, rid), set())
-        for i in range(r):
-            job = Job(id=self._next_job, client=client, rid=rid, index=i, body=job_body,
-                      queued_at=now)
-            self._next_job += 1
-            self.jobs[job.id] = job
-            ids.add(job.id)
-            self.queue.append(job)
-        self.pump()
+        jobs.add(client, rid, r, job_body, now)
 
     # -- worker output ---------------------------------------------------------------------
     def _on_worker(self, frames: list[Any]) -> None:
@@ -515,7 +337,8 @@ class EnvServer:
             self.workers.control(w, env.kind, env.body)
             return
         jid, kind = parse_job_frame(frames[1].buffer)
-        job = self.jobs.get(jid)
+        jobs = self._jobs
+        job = jobs.jobs.get(jid)
         if job is None:
             return
         if kind == JobKind.DONE:
@@ -534,9 +357,9 @@ class EnvServer:
                 self.counters["episodes_failed"] += 1
             elif not ok:
                 # The client cannot take the stream (gone, or not reading): stop the run.
-                self.fail_job(job, ServeError("client is not reading its stream"))
+                jobs.fail(job, ServeError("client is not reading its stream"))
         if kind != JobKind.DELTA:
-            self.release(job)
+            jobs.release(job)
 
     # -- introspection ---------------------------------------------------------------------
     def health(self) -> dict[str, Any]:

@@ -12,7 +12,7 @@ from typing import Any
 
 import msgspec
 
-from .._command import Command
+from .._command import Command, parse_worker_resources
 from .._errors import EnvError, ServeError
 from .._memory import tune_allocator
 from ._broker import EnvServer
@@ -112,16 +112,6 @@ def _options(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
-def _resources(text: str | None) -> dict[str, float] | None:
-    if text is None:
-        return None
-    try:
-        value = msgspec.json.decode(text, type=dict[str, float])
-    except msgspec.DecodeError as exc:
-        raise ValueError(f"--worker-resources is not a JSON object of numbers: {exc}") from exc
-    return value
-
-
 def _client_keys(path: str | None) -> list[str]:
     if path is None:
         return []
@@ -141,7 +131,7 @@ async def _serve(args: argparse.Namespace, default_factory: RunnerFactory | None
                        client_key_file=args.client_key_file,
                        client_keys=_client_keys(args.client_keys))
     pool = make_pool(backend, ray_address=args.ray_address, worker_cpus=args.worker_cpus,
-                     worker_resources=_resources(args.worker_resources))
+                     worker_resources=parse_worker_resources(args.worker_resources))
     # Before serving and on the main thread, where Ray wants to be initialised.
     pool.prepare()
     # The stand-in is serve's own; any other environment runs with the injected default.

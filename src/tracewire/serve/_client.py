@@ -64,7 +64,7 @@ class RunResult:
     """One received episode, with what it cost on the wire.
 
     ``frames`` (only with ``keep_frames=True``) are the frames of the whole episode exactly
-    as they arrived, for ``Run.append_frames(frames)``.
+    as they arrived, for ``RunWriter.append_frames(frames)``.
     """
 
     episode: Episode

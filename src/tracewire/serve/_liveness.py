@@ -5,7 +5,7 @@ that died (killed, its machine gone) would hold its workers' slots until the run
 A client that names a heartbeat interval in its run request sends ``hb`` at that interval
 while it waits; a client silent for several intervals (never less than ``floor`` seconds)
 is taken as gone and its runs are cancelled. Clients that promised nothing are never
-judged, so an older client keeps working as before.
+judged: one that sends no heartbeats is waited for until the run timeout.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Checking a run against its own bytes (``Run.verify``) and repairing it on purpose.
+"""Checking a run against its own bytes (``RunReader.verify``) and repairing it on purpose.
 
 A check never changes a file. It walks every segment: each intact record (framing and CRCs
 hold) must decode and have the index row its header implies; bytes that form no record are
@@ -26,13 +26,13 @@ from ..codec import decode_record
 from ..trace import Episode
 from ._layout import Layout, read_meta, store_error
 from ._recover import columns_of, connect, fetch_all, recover, seal_index
+from ._rows import row_from_header
 from ._schema import (
     COLUMNS,
     ROW_CRC,
     IndexRow,
     RecordRef,
     insert_sql,
-    row_from_header,
     rows_differ,
     select_list,
     stored_columns,
@@ -43,9 +43,6 @@ from ._status import RunStatus
 __all__ = ["CheckReport", "Problem", "repair_run", "verify_run"]
 
 log = logging.getLogger("tracewire.store")
-_INSERT_AT = (f"INSERT OR REPLACE INTO episodes (seq, "
-              f"{', '.join(repr(c) for c in stored_columns())}) "
-              f"VALUES (?, {', '.join('?' for _ in stored_columns())})").replace("'", '"')
 _SEGMENT, _OFFSET, _WRITTEN = (tuple(COLUMNS).index(c) for c in ("segment", "offset", "written"))
 
 
@@ -321,7 +318,7 @@ def _recover_and_fix(layout: Layout) -> list[str]:
                     conn.execute("DELETE FROM episodes WHERE seq = ?", (seq,))
                     actions.append(f"deleted damaged or dangling index row seq {seq}")
                 elif row is not None and seq >= 0:  # in place: keeps its arrival order
-                    conn.execute(_INSERT_AT, (seq, *row.stored()))
+                    conn.execute(insert_sql(at_seq=True), (seq, *row.stored()))
                     actions.append(f"rewrote the index row of episode {row.episode_id!r}")
                 elif row is not None:
                     conn.execute(insert_sql(), row.stored())

@@ -14,12 +14,13 @@ from .._errors import DecodeError
 from ..codec import decode_json, encode_json
 from ..trace import Episode
 from ._layout import store_error
+from ._reader import RunReader
 from ._run import Run
 
 __all__ = ["export_jsonl", "export_parquet", "import_jsonl", "sample_rows"]
 
 
-def export_jsonl(run: Run, out: IO[bytes], **filters: Any) -> int:
+def export_jsonl(run: RunReader, out: IO[bytes], **filters: Any) -> int:
     """Write one JSON line per episode (columns as lists); returns the count."""
     n = 0
     for ep in run.episodes(**filters):
@@ -48,7 +49,7 @@ def sample_rows(ep: Episode) -> Iterator[dict[str, Any]]:
             }
 
 
-def _samples_table(run: Run, filters: dict[str, Any]) -> Any:
+def _samples_table(run: RunReader, filters: dict[str, Any]) -> Any:
     import pyarrow as pa
 
     rows = [r for ep in run.episodes(**filters) for r in sample_rows(ep)]
@@ -65,7 +66,7 @@ def _samples_table(run: Run, filters: dict[str, Any]) -> Any:
 
 
 def export_parquet(
-    run: Run, out: Path, *, samples: bool = False, **filters: Any
+    run: RunReader, out: Path, *, samples: bool = False, **filters: Any
 ) -> list[Path]:
     """Write the index to ``out`` (and with ``samples`` one row per branch to
     ``<out>.samples.parquet``); returns the files written."""

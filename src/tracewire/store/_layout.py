@@ -10,8 +10,8 @@
       live/<episode>.twj     journals of in-flight episodes (delta records)
 
 The writer lock is an ``flock`` on a descriptor of the run directory itself: no file
-inside can be deleted or replaced to break it (deleting ``lock`` used to admit a second
-writer). Free means "no live writer".
+inside can be deleted or replaced to break it (a lock on a file alone ends for the next
+writer once the file is deleted and made anew). Free means "no live writer".
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Readers never change a file: they open the index read-only (``mode=ro``; on a read-only
 directory or mount, where SQLite cannot create the WAL's shared-memory file, as
-``immutable``) and report problems (``Run.verify``) instead of repairing them. A run closed
+``immutable``) and report problems (``RunReader.verify``) instead of repairing them. A run closed
 cleanly is not in WAL mode at all (:func:`seal_index`), so its ``index.sqlite`` alone holds
 every row wherever it is copied. Recovery runs
 only in a writer (``Run.create(resume=True)``) or in a repair a person asks for
@@ -24,6 +24,7 @@ from ..codec import record_info
 from ._encode import episode_parts
 from ._journal import read_journal
 from ._layout import Layout, fsync_dir, read_meta, store_error, write_meta
+from ._rows import row_from_header
 from ._schema import (
     COLUMNS,
     INDEX_VERSION,
@@ -33,7 +34,6 @@ from ._schema import (
     create_sql,
     insert_sql,
     row_crc,
-    row_from_header,
     select_list,
 )
 from ._segments import recover_segments, write_parts

@@ -1,10 +1,8 @@
 """The run index: one SQLite row per stored episode. The schema is defined here only.
 
 :class:`IndexRow` declares the columns (each field's SQL type in its metadata); ``COLUMNS``,
-the statements and the row conversions are derived from it. Rows are computed from an
-episode record's header by the codec's light decoder (``tracewire.codec.decode_summary``),
-which skips nodes and token buffers, so indexing bytes received over the wire (or rebuilding
-rows during recovery) never decodes or re-encodes the columns.
+the statements and the row conversions are derived from it (what a row holds for an
+episode is computed in ``_rows.py``).
 
 Evolution (docs/SCHEMA.md): columns are only appended, nullable, at the end; a writer adds
 the ones an older index lacks (``ALTER TABLE ... ADD COLUMN``), a reader of an older index
@@ -19,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import crc32c
@@ -27,9 +25,6 @@ import msgspec
 import orjson
 
 from .._errors import StoreError
-from ..codec import TraceSummary, decode_summary
-from ..trace import InfoKey
-from ._status import EpisodeStatus
 
 __all__ = [
     "COLUMNS",
@@ -43,8 +38,6 @@ __all__ = [
     "create_sql",
     "insert_sql",
     "row_crc",
-    "row_from_episode",
-    "row_from_header",
     "rows_differ",
     "select_list",
     "stored_columns",
@@ -272,12 +265,14 @@ def select_list(present: Iterable[str], columns: Iterable[str] = COLUMNS) -> str
     return ", ".join(f'"{c}"' if c in have or c == "seq" else f'NULL AS "{c}"' for c in columns)
 
 
-def insert_sql() -> str:
+def insert_sql(*, at_seq: bool = False) -> str:
     """Upsert of one row (a re-appended episode id replaces its older row), binding
-    :meth:`IndexRow.stored`."""
-    names = ", ".join(f'"{n}"' for n in stored_columns())
-    marks = ", ".join("?" for _ in stored_columns())
-    return f"INSERT OR REPLACE INTO episodes ({names}) VALUES ({marks})"
+    :meth:`IndexRow.stored`; with ``at_seq`` it binds ``(seq, *stored)``, so a rewritten row
+    keeps its place in the append order (a repair's fix in place)."""
+    names = ["seq", *stored_columns()] if at_seq else stored_columns()
+    cols = ", ".join(f'"{n}"' for n in names)
+    marks = ", ".join("?" for _ in names)
+    return f"INSERT OR REPLACE INTO episodes ({cols}) VALUES ({marks})"
 
 
 def rows_differ(stored: IndexRow, expected: IndexRow) -> list[str]:
@@ -293,105 +288,3 @@ def rows_differ(stored: IndexRow, expected: IndexRow) -> list[str]:
         if a != b:
             out.append(name)
     return out
-
-
-# -- rows from an episode or its header ----------------------------------------------------
-
-
-def _usage(u: dict[str, int], *keys: str) -> int:
-    for k in keys:
-        v = u.get(k)
-        if v is not None:
-            return int(v)
-    return 0
-
-
-def _int_info(info: dict[str, Any], key: str) -> int | None:
-    # Trainer bookkeeping is set by user code: anything but a plain int reads as absent.
-    v = info.get(key)
-    return v if isinstance(v, int) and not isinstance(v, bool) and -(2**63) <= v < 2**63 else None
-
-
-def row_from_episode(
-    ep: Any, ref: RecordRef, written: float, pause: Callable[[], None] | None = None
-) -> IndexRow:
-    """Index row of a live :class:`~tracewire.Episode` (plain Python, with ``pause()`` every
-    128 calls so the writer thread lets the event loop in during long episodes)."""
-    return _row(ep, ref, written, n_tokens=lambda t: len(t.tokens), pause=pause)
-
-
-def row_from_header(
-    header: bytes | bytearray | memoryview, ref: RecordRef, written: float
-) -> IndexRow:
-    """Index row of the episode whose msgpack header is ``header`` (skips nodes/buffers)."""
-    return _row(decode_summary(header), ref, written, n_tokens=_header_tokens)
-
-
-def _header_tokens(t: TraceSummary) -> int:
-    return t.n_tokens
-
-
-def _row(
-    e: Any, ref: RecordRef, written: float, n_tokens: Any, pause: Callable[[], None] | None = None
-) -> IndexRow:
-    started: float | None = None
-    ended: float | None = None
-
-    def see(span: Any) -> None:
-        nonlocal started, ended
-        if started is None or span.start < started:
-            started = span.start
-        if span.end is not None and (ended is None or span.end > ended):
-            ended = span.end
-
-    for span in e.timing.values():
-        see(span)
-    turns = inp = out = n_tok = errors = 0
-    for t in e.traces:
-        for span in t.timing.values():
-            see(span)
-        turns += len(t.calls)
-        errors += len(t.errors)
-        for k, c in enumerate(t.calls):
-            # ~3 µs per call: pause every 128 so the writer never holds the GIL long.
-            if pause is not None and k and not k & 127:
-                pause()
-            if c.span is not None:
-                see(c.span)
-            inp += _usage(c.usage, "prompt_tokens", "input_tokens")
-            out += _usage(c.usage, "completion_tokens", "output_tokens")
-        n_tok += n_tokens(t)
-    main = e.traces[0] if e.traces else TraceSummary()
-    return IndexRow(
-        episode_id=e.id,
-        run=e.run,
-        env=e.env,
-        task_key=e.task_key,
-        group_id=e.group_id,
-        group_index=e.group_index,
-        status=(EpisodeStatus.INCOMPLETE if e.info.get("incomplete")
-                else EpisodeStatus.COMPLETE).value,
-        ok=e.ok,
-        stop=main.stop,
-        reward=float(sum(r.score * r.weight for r in main.rewards.values())),
-        rewards={k: r.score for k, r in main.rewards.items()},
-        metrics=dict(main.metrics),
-        turns=turns,
-        input_tokens=inp,
-        output_tokens=out,
-        n_tokens=n_tok,
-        n_traces=len(e.traces),
-        errors=errors + len(e.errors),
-        started=started,
-        ended=ended,
-        duration=None if started is None or ended is None else ended - started,
-        written=written,
-        segment=ref.segment,
-        offset=ref.offset,
-        length=ref.length,
-        crc=ref.crc,
-        step=_int_info(e.info, InfoKey.STEP),
-        policy_version=_int_info(e.info, InfoKey.POLICY_VERSION),
-        tito_mismatch=_int_info(e.info, InfoKey.TITO_MISMATCH),
-    )
-

@@ -22,7 +22,8 @@ from dataclasses import dataclass
 from .._errors import CorruptRecordError, DecodeError
 from ..codec import RECORD_MAGIC, RECORD_PREFIX, RecordInfo, record_info, verify_record
 from ._layout import Layout
-from ._schema import IndexRow, RecordRef, insert_sql, row_from_header
+from ._rows import row_from_header
+from ._schema import IndexRow, RecordRef, insert_sql
 
 __all__ = ["WRITE_SLICE", "Piece", "read_record", "recover_segments", "walk", "write_parts"]
 

@@ -35,12 +35,11 @@ from ..codec import EpisodeDelta, encode_frames, record_info
 from ..trace import Episode
 from ._encode import episode_parts, record_parts, yield_gil
 from ._layout import Layout, fsync_dir, store_error
+from ._rows import row_from_episode, row_from_header
 from ._schema import (
     IndexRow,
     RecordRef,
     insert_sql,
-    row_from_episode,
-    row_from_header,
 )
 from ._segments import write_parts
 from ._status import FsyncPolicy

@@ -50,13 +50,13 @@ from ._session import BranchTip, Plan, TokenSession
 from ._stream import StreamEvent, StreamParser, parse_completion
 
 if TYPE_CHECKING:
-    from ._upstream import TokenUpstream
+    from ._token_upstream import TokenUpstream
 
 
 def __getattr__(name: str) -> object:
     # TokenUpstream pulls in the proxy and aiohttp: load it only when asked for.
     if name == "TokenUpstream":
-        from ._upstream import TokenUpstream
+        from ._token_upstream import TokenUpstream
 
         return TokenUpstream
     raise AttributeError(name)

@@ -36,6 +36,7 @@ from ._wiring import (
     Policy,
     Proxy,
     Run,
+    RunWriter,
     Sample,
     Task,
     assemble,
@@ -136,7 +137,7 @@ def _pass_at(groups: dict[str, list[float]]) -> dict[int, float]:
 
 
 class _Trainer:
-    def __init__(self, env: Environment, cfg: TrainConfig, run: Run, server: ModelServer,
+    def __init__(self, env: Environment, cfg: TrainConfig, run: RunWriter, server: ModelServer,
                  run_key: str) -> None:
         self.env, self.cfg, self.run, self.server, self.run_key = env, cfg, run, server, run_key
         self.engine = get_engine()

@@ -19,7 +19,7 @@ from ..model import (
 )
 from ..proxy import Proxy
 from ..samples import Sample, assemble, decode_samples, encode_samples
-from ..store import Run
+from ..store import Run, RunWriter
 from ..trace import Episode
 
 __all__ = [
@@ -33,6 +33,7 @@ __all__ = [
     "Proxy",
     "Rescored",
     "Run",
+    "RunWriter",
     "Sample",
     "Task",
     "assemble",

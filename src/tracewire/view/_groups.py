@@ -20,7 +20,7 @@ import numpy as np
 import orjson
 from numpy.typing import NDArray
 
-from ..store import Run
+from ..store import RunReader
 from ._index import IndexTable, Snapshot
 
 __all__ = ["EQUAL_EPS", "GROUP_ROW", "GROUP_SORTS", "GroupQuery", "GroupTable", "advantages"]
@@ -144,7 +144,7 @@ def _num(x: float) -> float | None:
 class GroupTable:
     """Groups of one run's index table (rebuilt when the table's version moves)."""
 
-    def __init__(self, index: IndexTable, run: Callable[[], Run]) -> None:
+    def __init__(self, index: IndexTable, run: Callable[[], RunReader]) -> None:
         self.index = index
         self._run = run
         self._lock = threading.Lock()

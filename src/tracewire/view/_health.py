@@ -1,7 +1,7 @@
 """Is the run's writer still there? A crashed run must not look live forever.
 
 A writer that died (kill -9, power loss) leaves its journals and ``status: running``;
-``Run.verify()`` reports them as "unrecovered journals" / "not closed" and ``tracewire check
+``RunReader.verify()`` reports them as "unrecovered journals" / "not closed" and ``tracewire check
 --repair`` stores the journals as incomplete episodes. The viewer only reads, so it tells
 the person to repair instead of showing those journals as episodes running now. A writer
 holds an exclusive ``flock`` on the run's lock file for its whole life; probing it with a

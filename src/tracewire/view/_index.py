@@ -3,10 +3,10 @@
 The store's index has SQL indexes for lookups (id, task, env, status) but not for every
 ordering a person clicks on; ``ORDER BY reward LIMIT 50 OFFSET 50000`` over 100,000 rows
 costs SQLite a second. So the viewer keeps the few columns it sorts and filters on as numpy
-arrays (about 80 bytes a row), appends new rows by ``seq`` (``Run.index_since``: the index
+arrays (about 80 bytes a row), appends new rows by ``seq`` (``RunReader.index_since``: the index
 is append-ordered), and answers a page with a vectorized filter, one cached sort per
-ordering, and a fetch of the page's 50 rows by ``seq`` (``Run.index_at``). All reads go
-through the store's read-only ``Run``; the viewer has no SQL of its own.
+ordering, and a fetch of the page's 50 rows by ``seq`` (``RunReader.index_at``). All reads go
+through the store's ``RunReader``; the viewer has no SQL of its own.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from ..store import COLUMNS, Run
+from ..store import COLUMNS, RunReader
 from ._cache import LRU
 
 __all__ = ["NUMERIC", "OPTIONAL", "RANGED", "ROW_COLUMNS", "SORTABLE", "TEXT", "IndexQuery",
@@ -111,9 +111,9 @@ class _Cats:
 
 class IndexTable:
     """The viewer's table of a run's index, read through ``run()`` (the store's read-side
-    ``Run``, opened on first use); thread-safe, read-only."""
+    ``RunReader``, opened on first use); thread-safe, read-only."""
 
-    def __init__(self, run: Callable[[], Run]) -> None:
+    def __init__(self, run: Callable[[], RunReader]) -> None:
         self._run = run
         self._lock = threading.Lock()
         self._reset()
@@ -143,7 +143,7 @@ class IndexTable:
             self._orders.clear()
             self._sorted.clear()
 
-    def _store(self) -> Run:
+    def _store(self) -> RunReader:
         return self._run()
 
     # -- the in-memory copy --------------------------------------------------------------

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from ..store import Run, open_run
+from ..store import RunReader, open_run
 from ..trace import Episode
 from ._cache import LRU
 from ._groups import GroupTable
@@ -33,7 +33,7 @@ class RunSource:
 
     def __init__(self, run_dir: Path, *, cache_episodes: int = 4, cache_branches: int = 8) -> None:
         self.run_dir = run_dir
-        self._run: Run | None = None
+        self._run: RunReader | None = None
         self.index = IndexTable(self.run)
         self.groups = GroupTable(self.index, self.run)
         self._lock = threading.Lock()
@@ -43,8 +43,8 @@ class RunSource:
         self._vocab: VocabTable | None = None
         self._health: RunHealth | None = None
 
-    def run(self) -> Run:
-        """The store's read-side ``Run`` (opened once, on first use)."""
+    def run(self) -> RunReader:
+        """The store's ``RunReader`` (opened once, on first use)."""
         with self._lock:
             if self._run is None:
                 self._run = open_run(self.run_dir)

@@ -1,4 +1,5 @@
-"""Reading token ids, logprobs and messages out of upstream chat-completion replies.
+"""The read step of a turn: token ids, logprobs and messages out of upstream
+chat-completion replies, into the turn's :class:`Outcome`.
 
 Understands vLLM (``prompt_token_ids``, ``choices[i].token_ids``, ``logprobs.content``,
 ``token_id:N`` tokens) and SGLang (``choices[i].meta_info.output_token_logprobs`` =
@@ -10,18 +11,15 @@ from __future__ import annotations
 
 from typing import Any
 
-import orjson
-
 from .._errors import UpstreamError
 from ..trace import ToolCall
-from ._graph import Choice, Outcome
 from ._prompt import PromptIds, as_ids
-from ._rawjson import SENTINEL, RawSpan, cut_array
+from ._rawjson import RawSpan
+from ._turn_types import Choice, Outcome
+from ._upstream_api import UpstreamReply
 
-__all__ = ["StreamAccumulator", "cut_ok", "cut_prompt", "loads_split", "outcome_of",
-           "strip_added"]
+__all__ = ["StreamAccumulator", "outcome_of", "read_reply"]
 
-_PROMPT_KEYS = (b"prompt_token_ids", b"input_ids")
 #: Ids are int32 on the trace.
 _ID_BOUND = 2**31
 
@@ -44,42 +42,6 @@ def _prompt_ids(d: dict[str, Any]) -> Any:
             if isinstance(meta, dict) and meta.get("input_ids") is not None:
                 return meta["input_ids"]
     return ids
-
-
-def cut_prompt(data: bytes) -> tuple[bytes, RawSpan, str] | None:
-    """Cheap first step of :func:`loads_split`: (the body with its prompt ids array replaced
-    by the placeholder, where the array lies, its key), or None when there is none."""
-    for key in _PROMPT_KEYS:
-        cut = cut_array(data, key)
-        if cut is not None:
-            return cut[0], cut[1], key.decode()
-    return None
-
-
-def cut_ok(d: Any, name: str) -> bool:
-    """Whether ``d`` (the parsed cut body) holds the placeholder at the top level, i.e. the
-    cut array was the prompt ids the full parse would read."""
-    return isinstance(d, dict) and d.get(name) == SENTINEL and (
-        name == "prompt_token_ids" or d.get("prompt_token_ids") is None)
-
-
-def loads_split(data: bytes) -> tuple[dict[str, Any], RawSpan | None]:
-    """Parse an upstream body or chunk, leaving its top-level prompt ids array unparsed:
-    returns (the object with that array replaced by a placeholder, where the array lies).
-    Falls back to a full parse (span None) when the array is not found at the top level.
-    ``ValueError`` when the JSON is malformed or not an object."""
-    cut = cut_prompt(data)
-    if cut is not None:
-        try:
-            d = orjson.loads(cut[0])
-        except orjson.JSONDecodeError:
-            d = None
-        if cut_ok(d, cut[2]):
-            return d, cut[1]
-    d = orjson.loads(data)
-    if not isinstance(d, dict):
-        raise ValueError("not a JSON object")
-    return d, None
 
 
 def _from_logprobs(ch: dict[str, Any]) -> tuple[list[int] | None, list[float] | None]:
@@ -118,7 +80,7 @@ def _full_prompt(d: dict[str, Any]) -> PromptIds | None:
 
 def outcome_of(d: dict[str, Any], split: bool = False) -> Outcome:
     """The :class:`Outcome` of a non-streamed chat completion. With ``split`` (``d`` came
-    from :func:`loads_split` with a span) the prompt is left for the caller to read."""
+    from ``_prompt_cut.loads_split`` with a span) the prompt is left for the caller to read."""
     out = Outcome(model=str(d.get("model") or ""), prompt=None if split else _full_prompt(d))
     for i, ch in enumerate(d.get("choices") or ()):
         msg = ch.get("message") or {}
@@ -140,20 +102,19 @@ def outcome_of(d: dict[str, Any], split: bool = False) -> Outcome:
     return out
 
 
-def strip_added(d: dict[str, Any], *, ids: bool, logprobs: bool) -> None:
-    """Remove the token fields the proxy asked for but the harness did not (in place):
-    id fields are dropped (servers omit them or send null when not asked, which SDKs read
-    alike), ``logprobs`` becomes null as every server reports it when not asked."""
-    if ids:
-        d.pop("prompt_token_ids", None)
-        d.pop("input_ids", None)
-    for ch in d.get("choices") or ():
-        if not isinstance(ch, dict):
-            continue
-        if ids:
-            ch.pop("token_ids", None)
-        if logprobs and "logprobs" in ch:
-            ch["logprobs"] = None
+def read_reply(d: dict[str, Any], reply: UpstreamReply) -> Outcome:
+    """The :class:`Outcome` of a non-streamed ``reply`` whose dict is ``d`` (its ``data``,
+    or what a response hook made of it); the prompt ids at ``reply.span`` are left for the
+    caller to read. ``UpstreamError`` when the answer is unusable."""
+    try:
+        out = outcome_of(d, reply.span is not None)
+    except (ValueError, TypeError, AttributeError) as exc:
+        raise UpstreamError(f"upstream answered something unusable: {exc}") from exc
+    if reply.logprobs is not None and out.choices:
+        out.choices[0].logprobs = reply.logprobs  # handed over, not in the dict
+    if reply.span is not None:
+        out.span = reply.span
+    return out
 
 
 class StreamAccumulator:
