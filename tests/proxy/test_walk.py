@@ -34,6 +34,9 @@ PIPELINE = "tracewire.proxy._turn"
 STEPS = ("tracewire.proxy._dialect", "tracewire.proxy._match",
          "tracewire.proxy._upstream_http", "tracewire.proxy._reply",
          "tracewire.proxy._render", "tracewire.proxy._commit")
+#: Modules that run a function they are handed (inline, or in a thread when its input is
+#: big) and are seen through: the caller of that function is whoever handed it over.
+CARRIERS = ("tracewire.proxy._offload",)
 _RESUMABLE = (inspect.CO_COROUTINE | inspect.CO_GENERATOR | inspect.CO_ASYNC_GENERATOR
               | inspect.CO_ITERABLE_COROUTINE)
 
@@ -69,7 +72,8 @@ def recording() -> Iterator[list[Entry]]:
                 return  # a coroutine resuming after an await
             started[id(frame)] = frame
         below = frame.f_back
-        while below is not None and not _module(below).startswith("tracewire."):
+        while below is not None and (not _module(below).startswith("tracewire.")
+                                     or _module(below) in CARRIERS):
             below = below.f_back
         entries.append(Entry(_module(below) if below is not None else None, module,
                              frame.f_code.co_qualname))

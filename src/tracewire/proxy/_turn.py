@@ -29,6 +29,7 @@ from ._config import ProxyConfig
 from ._dialect import Adapter
 from ._http import BadRequest, error_response
 from ._match import context, match
+from ._offload import offload
 from ._prompt import PromptIds, parse_full, parse_tail
 from ._rawjson import RawSpan
 from ._reply import read_reply
@@ -36,7 +37,7 @@ from ._request import HarnessRequest
 from ._session import Session
 from ._stream import Gone, StreamRelay
 from ._turn_types import Outcome, Prepared
-from ._upstream_api import Upstream, UpstreamRequest, offload
+from ._upstream_api import Upstream, UpstreamRequest
 
 __all__ = ["NOT_FORWARDED", "Answer", "Turn", "TurnPipeline", "not_forwarded_flags",
            "replay"]

@@ -14,7 +14,6 @@ pass-through (token-in/token-out over an engine, a mock) answers in the same sha
 
 from __future__ import annotations
 
-import asyncio
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
@@ -25,20 +24,12 @@ import orjson
 from numpy.typing import NDArray
 
 from ..trace import Trace
+from ._offload import offload
 from ._rawjson import RawSpan
 
-__all__ = ["StreamChunk", "TurnContext", "Upstream", "UpstreamReply", "UpstreamRequest",
-           "offload"]
+__all__ = ["StreamChunk", "TurnContext", "Upstream", "UpstreamReply", "UpstreamRequest"]
 
 T = TypeVar("T")
-
-
-async def offload(size: int, threshold: int, fn: Callable[..., T], *args: Any) -> T:
-    """``fn(*args)``, in a worker thread when ``size`` (bytes) is over ``threshold``, so big
-    bodies never stall the event loop; small ones skip the thread hop's cost."""
-    if size > threshold:
-        return await asyncio.to_thread(fn, *args)
-    return fn(*args)
 
 
 @dataclass(slots=True, frozen=True)
