@@ -26,6 +26,7 @@ EVAL_CASES = [
     ("tools-s9", "tools", 9, 2, 1),
 ]
 
+
 async def eval_records(work: Path, out: Corpus) -> None:
     from tracewire.compose import evaluate
     from tracewire.model import ModelServer
