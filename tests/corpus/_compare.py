@@ -288,6 +288,21 @@ def _diff_scrubbed(a: bytes, b: bytes) -> list[str]:
     return out
 
 
+def _diff_lines(a: bytes, b: bytes) -> list[str]:
+    # An HTTP answer: status and content type, then a JSON body or server-sent events.
+    la, lb = a.split(b"\n"), b.split(b"\n")
+    for i, (x, y) in enumerate(zip(la, lb, strict=False)):
+        if x != y:
+            try:
+                lines = [f"line {i + 1}: {line}" for line in
+                         tree_diff(json.loads(x.removeprefix(b"data: ")),
+                                   json.loads(y.removeprefix(b"data: ")))]
+            except ValueError:
+                lines = []
+            return _cap(lines or [f"line {i + 1}: {_show(x)} != {_show(y)}"])
+    return [f"{len(la)} lines in golden, {len(lb)} now"]
+
+
 def describe(name: str, a: bytes, b: bytes) -> list[str]:
     """Readable differences of corpus file ``name`` (golden ``a``, now ``b``)."""
     try:
@@ -301,6 +316,8 @@ def describe(name: str, a: bytes, b: bytes) -> list[str]:
             lines = _diff_scrubbed(a, b)
         elif name.endswith(".msgs"):
             lines = _diff_messages(a, b)
+        elif name.endswith(".http"):
+            lines = _diff_lines(a, b)
         elif name.endswith(".safetensors"):
             lines = _diff_payload(a, b)
         else:

@@ -25,6 +25,7 @@ from pathlib import Path
 from ._evals import command_records, eval_records, eval_samples, tito_records
 from ._files import GOLDEN, read_dir, write_dir
 from ._handmade import handmade_records
+from ._http import http_records
 from ._runs import Corpus
 from ._sdk import sdk_records
 from ._wire import wire_frames
@@ -56,6 +57,7 @@ async def generate() -> Corpus:
         await sdk_records(work, out)
         await wire_frames(work, out)
         await handmade_records(work, out)
+        await http_records(work, out)
     return dict(sorted(out.items()))
 
 
