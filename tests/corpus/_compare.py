@@ -303,6 +303,25 @@ def _diff_lines(a: bytes, b: bytes) -> list[str]:
     return [f"{len(la)} lines in golden, {len(lb)} now"]
 
 
+def _diff_requests(a: bytes, b: bytes) -> list[str]:
+    ra, rb = msgspec.msgpack.decode(a), msgspec.msgpack.decode(b)
+    out = [f"{len(ra)} requests in golden, {len(rb)} now"] if len(ra) != len(rb) else []
+    for i, (x, y) in enumerate(zip(ra, rb, strict=False)):
+        if x == y:
+            continue
+        where = f"request {i} ({x[0]} {x[1]})"
+        if x[:2] != y[:2]:
+            out.append(f"{where}: now {y[0]} {y[1]}")
+        try:
+            lines = list(tree_diff(json.loads(x[2]), json.loads(y[2]), "body"))
+        except ValueError:
+            lines = []
+        if not lines and x[2] != y[2]:
+            lines = [f"body: {_bytes_diff(x[2], y[2])}"]
+        out += [f"{where}: {line}" for line in _cap(lines)]
+    return out
+
+
 def describe(name: str, a: bytes, b: bytes) -> list[str]:
     """Readable differences of corpus file ``name`` (golden ``a``, now ``b``)."""
     try:
@@ -316,6 +335,8 @@ def describe(name: str, a: bytes, b: bytes) -> list[str]:
             lines = _diff_scrubbed(a, b)
         elif name.endswith(".msgs"):
             lines = _diff_messages(a, b)
+        elif name.endswith(".reqs"):
+            lines = _diff_requests(a, b)
         elif name.endswith(".http"):
             lines = _diff_lines(a, b)
         elif name.endswith(".safetensors"):

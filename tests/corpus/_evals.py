@@ -13,6 +13,7 @@ from typing import Any
 import msgspec
 
 from ._runs import Corpus, det, index_rows, run_files
+from ._tap import UpstreamTap
 
 __all__ = ["command_records", "eval_records", "eval_samples", "tito_records"]
 
@@ -34,11 +35,13 @@ async def eval_records(work: Path, out: Corpus) -> None:
     for case, env, seed, n, r in EVAL_CASES:
         model = ModelServer.run_in_thread(seed=seed)
         try:
-            det.reseed(f"records/{case}")
-            result = await evaluate(env, base_url=model.base_url, n=n, r=r, seed=seed,
-                                    concurrency=1, out=work / case)
+            async with UpstreamTap(model.base_url) as tap:
+                det.reseed(f"records/{case}")
+                result = await evaluate(env, base_url=tap.base_url, n=n, r=r, seed=seed,
+                                        concurrency=1, out=work / case)
         finally:
             model.stop()
+        out[f"upstream/{case}.reqs"] = tap.frames()
         if result.status != "complete":
             raise RuntimeError(f"{case}: eval ended {result.status} ({result.reason})")
         run_files(f"records/{case}", work / case, out)
@@ -113,12 +116,14 @@ async def tito_records(work: Path, out: Corpus) -> None:
         tok = build_tokenizer_dir(work / f"tok-{family}", family)
         model = ModelServer.run_in_thread(seed=seed, tokenizer=tok, non_canonical=0.5)
         try:
-            det.reseed(f"records/{case}")
-            result = await evaluate(env, base_url=model.base_url, n=n, seed=seed,
-                                    concurrency=1, out=work / case, tokenizer=str(tok),
-                                    upstream_api=api)
+            async with UpstreamTap(model.base_url) as tap:
+                det.reseed(f"records/{case}")
+                result = await evaluate(env, base_url=tap.base_url, n=n, seed=seed,
+                                        concurrency=1, out=work / case, tokenizer=str(tok),
+                                        upstream_api=api)
         finally:
             model.stop()
+        out[f"upstream/{case}.reqs"] = tap.frames()
         if result.status != "complete":
             raise RuntimeError(f"{case}: eval ended {result.status} ({result.reason})")
         run_files(f"records/{case}", work / case, out)

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ._runs import Corpus, det, run_files
+from ._tap import UpstreamTap
 
 __all__ = ["http_records"]
 
@@ -67,7 +68,8 @@ async def http_records(work: Path, out: Corpus) -> None:
     model = ModelServer.run_in_thread(seed=4)
     run = await Run.create(work / "http", meta={"corpus": "http"})
     try:
-        async with Proxy(model.base_url, config=ProxyConfig(session_token=token)) as proxy, \
+        async with UpstreamTap(model.base_url) as tap, \
+                Proxy(tap.base_url, config=ProxyConfig(session_token=token)) as proxy, \
                 aiohttp.ClientSession() as http:
             for case, route, turns in _TURNS:
                 det.reseed(f"http/{case}")
@@ -91,6 +93,7 @@ async def http_records(work: Path, out: Corpus) -> None:
                 trace = proxy.registry.get(sid).trace
                 await run.append(Episode(f"http-{case}", env="corpus-http", task_key=case,
                                          traces=[trace]))
+        out["upstream/http.reqs"] = tap.frames()
     finally:
         await run.close()
         model.stop()

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from ._runs import Corpus, det, run_files
+from ._tap import UpstreamTap
 
 __all__ = ["SDK_CASES", "sdk_records"]
 
@@ -124,7 +125,8 @@ async def sdk_records(work: Path, out: Corpus) -> None:
     det.reseed("sdk")
     run = await Run.create(work / "sdk", meta={"corpus": "sdk"})
     try:
-        async with Proxy(model.base_url, config=ProxyConfig(session_token=token)) as proxy, \
+        async with UpstreamTap(model.base_url) as tap, \
+                Proxy(tap.base_url, config=ProxyConfig(session_token=token)) as proxy, \
                 SessionClient(proxy.url, token=token) as trainer, aiohttp.ClientSession(
                     headers={"Authorization": f"Bearer {token}"}) as http:
             port = proxy.url.encode()
@@ -173,6 +175,7 @@ async def sdk_records(work: Path, out: Corpus) -> None:
                     assemble(trace, max_seq_len=24), info={"case": case})
                 async with http.delete(f"{proxy.url}/sessions/{sid}") as r:
                     out[f"sessions/{case}.delete.json"] = await r.read()
+        out["upstream/sdk.reqs"] = tap.frames()
     finally:
         await run.close()
         model.stop()
