@@ -90,11 +90,10 @@ def _start_engine(binary: Path, gguf: Path) -> tuple[subprocess.Popen[bytes], st
 
 def _proxy_main(engine: str, gguf: str, q: Any, clock: Any) -> None:
     from tracewire.compose import make_upstream
-    from tracewire.proxy import Proxy, ProxyConfig
+    from tracewire.proxy import Proxy
 
     async def main() -> None:
-        up = make_upstream(engine, ProxyConfig(tokenizer=gguf, upstream_api="llamacpp"),
-                           model="smollm2")
+        up = make_upstream(engine, tokenizer=gguf, upstream_api="llamacpp", model="smollm2")
         gc.freeze()
         serve_clock(clock)
         async with Proxy(up, session_api=False) as p:
@@ -219,7 +218,7 @@ async def per_turn(engine: str, gguf: Path, turns: int) -> None:
 def render(gguf: Path, turns: int) -> None:
     """The proxy's render/bridge time per turn of one long conversation (fast fake engine)."""
     from tracewire.compose import make_upstream
-    from tracewire.proxy import Proxy, ProxyConfig
+    from tracewire.proxy import Proxy
     from tracewire.tito import ChatTokenizer, TokenUpstream
 
     tok = ChatTokenizer(gguf)
@@ -249,7 +248,7 @@ def render(gguf: Path, turns: int) -> None:
         await runner.setup()
         await web.TCPSite(runner, "127.0.0.1", 0).start()
         url = f"http://127.0.0.1:{runner.addresses[0][1]}"
-        base = make_upstream(url, ProxyConfig(tokenizer=str(gguf), upstream_api="llamacpp"))
+        base = make_upstream(url, tokenizer=str(gguf), upstream_api="llamacpp")
         assert isinstance(base, TokenUpstream)
         up = Timed(url, base.builder, api="llamacpp")
         try:

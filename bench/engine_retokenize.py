@@ -69,7 +69,7 @@ async def _ours(env: str, n: int | None, tmp: Path, seed: int, temperature: floa
                 node = trace.nodes[trace.calls[k].node or 0]
                 if node.message.tool_calls:  # not a tokenization question here either
                     continue
-                got_ids = trace.tokens.ids[node.start:node.end].tolist()
+                got_ids = trace.columns.ids[node.start:node.end].tolist()
                 turns_n += 1
                 tokens += len(turn.ids)
                 if got_ids != turn.ids:

@@ -57,7 +57,7 @@ def template() -> tuple[dict[str, np.ndarray], list[tuple[int, int]]]:
 
 
 def make(i: int, arrays: dict[str, np.ndarray], slices: list[tuple[int, int]]) -> Episode:
-    t = Trace(tokens=Columns.from_arrays(arrays))
+    t = Trace(columns=Columns.from_arrays(arrays))
     for k, (a, b) in enumerate(slices):
         t.nodes.append(Node(parent=k - 1 if k else None, message=Message(
             role="assistant" if k % 2 else "user", content=f"m{k}"), sampled=bool(k % 2),

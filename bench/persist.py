@@ -86,7 +86,7 @@ def make_episode(seed: int, nodes: int = 1000, tok: int = 2000) -> Episode:
 def as_lists(ep: Episode) -> dict[str, Any]:
     """What the replaced systems hold: plain Python lists per node (made outside timing)."""
     t = ep.traces[0]
-    cols = t.tokens
+    cols = t.columns
     return {
         "id": ep.id, "task_key": ep.task_key, "reward": t.reward,
         "nodes": [{

@@ -239,7 +239,7 @@ async def main(runs: int, episodes: int, inline: bool, tune: bool) -> None:
             # round trip yields is one a trainer can use right away (the baseline's lists are).
             res = await client.run(task)
             for t in res.episode.traces:
-                t.tokens.arrays()
+                t.columns.arrays()
             return res
 
         for _ in range(3):  # warm up both paths
@@ -319,7 +319,7 @@ async def main_backends(runs: int, episodes: int) -> None:
         async def one(client: EnvClient, task: dict[str, int]) -> Any:
             res = await client.run(task)
             for t in res.episode.traces:
-                t.tokens.arrays()
+                t.columns.arrays()
             return res
 
         big, small = {"turns": 1000, "tokens": TOKENS}, {"turns": 10, "tokens": TOKENS}
@@ -416,7 +416,7 @@ async def main_curve(runs: int, episodes: int) -> None:
         async def one(client: EnvClient, task: dict[str, int]) -> Any:
             res = await client.run(task)
             for t in res.episode.traces:
-                t.tokens.arrays()
+                t.columns.arrays()
             return res
 
         big, small = {"turns": 1000, "tokens": TOKENS}, {"turns": 10, "tokens": TOKENS}

@@ -101,8 +101,8 @@ def _proxy_main(upstream: str, tok_dir: str, q: Any) -> None:
     gc.freeze()  # as `tracewire proxy` does after its imports
 
     async def main() -> None:
-        cfg = ProxyConfig(tokenizer=tok_dir, session_token=TOKEN)
-        up = make_upstream(upstream, cfg, model="m")
+        cfg = ProxyConfig(session_token=TOKEN)
+        up = make_upstream(upstream, cfg, model="m", tokenizer=tok_dir)
         async with Proxy(up, config=cfg) as p:
             q.put((p.url, [(s.id, s.base_url, s.secret)
                            for s in (p.create_session() for _ in range(8))]))

@@ -111,7 +111,7 @@ async def main() -> None:
     for ep in result.run:
         for tr in ep.traces:
             print(ep.task_key, {"stop": tr.stop, "turns": len(tr.calls),
-                                "tokens": len(tr.tokens.ids),
+                                "tokens": len(tr.columns.ids),
                                 "mismatches": tr.info.get("token_mismatches", 0),
                                 "reward": tr.reward,
                                 "errors": [f"{e.type}: {e.message[:200]}" for e in tr.errors],

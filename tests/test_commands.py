@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import subprocess
 import sys
 
@@ -9,7 +10,7 @@ import pytest
 
 from tracewire._command import Command, parse_worker_resources
 from tracewire.cli import COMMANDS
-from tracewire.compose import env_factory, make_upstream
+from tracewire.compose import TOKEN_IN_UPSTREAM, env_factory
 
 
 def test_every_command_is_a_public_command_named_as_listed() -> None:
@@ -25,9 +26,9 @@ def test_proxy_and_serve_run_as_the_composition_root_wires_them() -> None:
     from tracewire.serve import COMMAND as BARE_SERVE
 
     proxy, serve = COMMANDS["proxy"](), COMMANDS["serve"]()
-    assert proxy.run.keywords == {"make_upstream": make_upstream}  # type: ignore[attr-defined]
+    assert proxy.run.keywords == {"upstream_options": TOKEN_IN_UPSTREAM}  # type: ignore[attr-defined]
     assert serve.run.keywords == {"default_factory": env_factory}  # type: ignore[attr-defined]
-    assert BARE_PROXY.run.keywords == {"make_upstream": None}  # type: ignore[attr-defined]
+    assert BARE_PROXY.run.keywords == {"upstream_options": None}  # type: ignore[attr-defined]
     assert BARE_SERVE.run.keywords == {"default_factory": None}  # type: ignore[attr-defined]
 
 
@@ -40,6 +41,27 @@ def test_serve_of_a_real_env_without_a_factory_is_one_line_and_exit_2() -> None:
                        timeout=120)
     assert p.returncode == 2, p.stderr
     assert "needs a runner factory" in p.stderr and "Traceback" not in p.stderr
+
+
+def _option(command: Command, flag: str) -> argparse.Action | None:
+    parser = argparse.ArgumentParser()
+    command.configure(parser)
+    return next((a for a in parser._actions if flag in a.option_strings), None)
+
+
+def test_token_in_options_live_with_the_composition_root() -> None:
+    # The proxy alone is a pass-through: --tokenizer, --upstream-api and --model come from
+    # compose, which is what reads them; every command offers the same endpoint names.
+    from tracewire.proxy import COMMAND as BARE_PROXY
+    from tracewire.tito.codecs import UpstreamApi
+
+    assert _option(BARE_PROXY, "--tokenizer") is None
+    assert _option(BARE_PROXY, "--upstream-api") is None
+    for name in ("proxy", "serve", "eval"):
+        command = COMMANDS[name]()
+        assert _option(command, "--tokenizer") is not None, name
+        api = _option(command, "--upstream-api")
+        assert api is not None and tuple(api.choices or ()) == tuple(UpstreamApi), name
 
 
 def test_worker_resources_option_is_parsed_once_for_serve_and_eval() -> None:

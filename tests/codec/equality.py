@@ -15,9 +15,9 @@ def assert_trace_equal(a: Trace, b: Trace, *, pending: bool = False) -> None:
         assert getattr(a, f) == getattr(b, f), f
     if pending:
         assert a.pending == b.pending
-    assert a.tokens.names() == b.tokens.names()
-    for name in a.tokens.names():
-        x, y = a.tokens.column(name), b.tokens.column(name)
+    assert a.columns.names() == b.columns.names()
+    for name in a.columns.names():
+        x, y = a.columns.column(name), b.columns.column(name)
         assert x.dtype == y.dtype and x.shape == y.shape, name
         # Bit equality: NaN payloads and signed zeros must survive too.
         assert np.ascontiguousarray(x).tobytes() == np.ascontiguousarray(y).tobytes(), name

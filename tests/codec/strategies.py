@@ -135,7 +135,7 @@ def traces(draw: st.DrawFn, max_ops: int = 25) -> Trace:
     extras = draw(extra_sets())
     t = Trace(agent=draw(st.dictionaries(texts, json_values, max_size=2)))
     for name, dt, shape in extras:
-        t.tokens.add_column(name, dt, shape)
+        t.columns.add_column(name, dt, shape)
     for op in draw(st.lists(ops, max_size=max_ops)):
         apply_op(t, op, extras)
     return t

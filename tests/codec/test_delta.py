@@ -33,7 +33,7 @@ def test_any_mutation_sequence_streams_to_an_equal_episode(
     for _ in range(2):
         t = e.new_trace()
         for name, dt, shape in extras:
-            t.tokens.add_column(name, dt, shape)
+            t.columns.add_column(name, dt, shape)
     sender, asm = codec.EpisodeSender(e), codec.EpisodeAssembler()
     for which, batch, send in steps:
         for op in batch:

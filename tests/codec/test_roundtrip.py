@@ -40,8 +40,8 @@ def test_json_round_trip_is_exact_and_stable(e: Episode) -> None:
     assert isinstance(back, Episode)
     assert codec.encode_json(back) == first
     for x, y in zip(e.traces, back.traces, strict=True):
-        for name in x.tokens.names():
-            a, b = x.tokens.column(name), y.tokens.column(name)
+        for name in x.columns.names():
+            a, b = x.columns.column(name), y.columns.column(name)
             assert a.dtype == b.dtype
             if a.dtype.kind == "f":
                 assert np.array_equal(a, b, equal_nan=True)
@@ -54,7 +54,7 @@ def test_json_round_trip_is_exact_and_stable(e: Episode) -> None:
 def test_json_float_rounding_is_bounded(t: Trace, digits: int) -> None:
     back = codec.decode_json(codec.encode_json(t, float_digits=digits))
     assert isinstance(back, Trace)
-    a, b = t.tokens.logprobs, back.tokens.logprobs
+    a, b = t.columns.logprobs, back.columns.logprobs
     assert np.array_equal(np.isnan(a), np.isnan(b))
     ok = ~np.isnan(a)
     # Rounding to `digits` decimals, then storing as float32.
@@ -68,11 +68,11 @@ def test_decoded_columns_share_the_received_buffers() -> None:
     frames = codec.encode_frames(t)
     back = codec.decode_frames([bytes(f) for f in frames])
     assert isinstance(back, Trace)
-    ids = back.tokens.ids
+    ids = back.columns.ids
     assert not ids.flags.owndata and not ids.flags.writeable  # a view over the frame
     # Appending to a decoded trace copies on growth and leaves the source untouched.
     back.add_node(_msg(), parent=0, ids=[7])
-    assert back.tokens.ids[-1] == 7 and len(back.tokens) == 1001
+    assert back.columns.ids[-1] == 7 and len(back.columns) == 1001
 
 
 def test_encode_shares_column_memory() -> None:
@@ -80,7 +80,7 @@ def test_encode_shares_column_memory() -> None:
     t.add_node(_msg(), ids=np.arange(10))
     frames = codec.encode_frames(t)
     ids_frame = np.frombuffer(frames[1], dtype=np.int32)
-    assert np.shares_memory(ids_frame, t.tokens.ids)
+    assert np.shares_memory(ids_frame, t.columns.ids)
 
 
 def _msg():  # type: ignore[no-untyped-def]

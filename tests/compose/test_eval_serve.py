@@ -20,7 +20,7 @@ CRASH_ENV = str(Path(__file__).with_name("crash_env.py"))
 
 
 def _pairs(out: Path) -> dict[tuple[str, int], tuple[float, int, str | None, str | None]]:
-    return {(e.task_key, e.group_index): (e.reward, len(e.traces[0].tokens),
+    return {(e.task_key, e.group_index): (e.reward, len(e.traces[0].columns),
                                          e.traces[0].stop, e.group_id)
             for e in open_run(out).episodes()}
 

@@ -62,7 +62,7 @@ def test_a_killed_client_keeps_the_served_turns_it_received(
                 return False
             with open_run(out) as r:
                 live = [e for e in r.live() if e.traces and len(e.traces[0].calls) >= 3]
-            seen[:] = [(len(e.traces[0].calls), e.traces[0].tokens.ids.copy()) for e in live]
+            seen[:] = [(len(e.traces[0].calls), e.traces[0].columns.ids.copy()) for e in live]
             return bool(live)
 
         _wait_for("a journal of three turns", journaled, proc)
@@ -92,8 +92,8 @@ def test_a_killed_client_keeps_the_served_turns_it_received(
     [(calls, ids)] = seen
     assert calls == 3 and len(kept.traces[0].calls) == 3
     # The incomplete episode holds exactly the tokens the client had received.
-    assert np.array_equal(kept.traces[0].tokens.ids, ids)
+    assert np.array_equal(kept.traces[0].columns.ids, ids)
     assert kept.info["incomplete"] and not done.info.get("incomplete")
     # The resumed run's rollout went the same way and on to its end.
     assert len(done.traces[0].calls) == 3 and done.traces[0].stop == "done"
-    assert np.array_equal(done.traces[0].tokens.ids[: len(ids)], ids)
+    assert np.array_equal(done.traces[0].columns.ids[: len(ids)], ids)

@@ -58,7 +58,7 @@ def check_token_exact(
         branch = trace.branch(call.node)
         node = trace.nodes[call.node]
         assert node.sampled and node.has_tokens
-        completion = trace.tokens.ids[node.start : node.end]
+        completion = trace.columns.ids[node.start : node.end]
         prompt_msgs = [_as_dict(trace.nodes[i].message) for i in branch.nodes[:-1]]
         want_prompt = template.render(prompt_msgs, tools)
         ids = branch.ids
@@ -71,6 +71,6 @@ def check_token_exact(
              for i in branch.nodes]
         )
         assert branch.mask.tolist() == sampled.tolist()
-        assert not np.isnan(trace.tokens.logprobs[node.start : node.end]).any()
+        assert not np.isnan(trace.columns.logprobs[node.start : node.end]).any()
         checked += 1
     return checked

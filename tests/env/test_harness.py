@@ -4,22 +4,16 @@ its string."""
 
 from __future__ import annotations
 
-import asyncio
-import os
-import sys
-
 import pytest
 
 from tracewire import EnvError
 from tracewire.codec import decode_json, decode_record, encode_json, record_bytes
 from tracewire.env import (
     PHASES,
-    CommandHarness,
     Environment,
     Harness,
     Rollout,
     Task,
-    Timeouts,
     run_rollout,
 )
 from tracewire.model import MODEL_NAME
@@ -106,39 +100,3 @@ def test_stop_reasons_are_their_strings() -> None:
     again = decode_record(record_bytes(trace))
     assert isinstance(again, Trace) and type(again.stop) is str
     assert again.stop == "agent_timeout" == StopReason.AGENT_TIMEOUT
-
-
-async def test_command_harness_starts_and_stops_its_program_in_overridable_places(
-    proxy: Proxy,
-) -> None:
-    started: list[list[str]] = []
-    stopped: list[int] = []
-
-    class Wrapped(CommandHarness):
-        async def spawn(
-            self, rollout: Rollout, argv: list[str], environ: dict[str, str]
-        ) -> asyncio.subprocess.Process:
-            started.append(argv)
-            return await super().spawn(rollout, argv, {**environ, "WRAPPED": "yes"})
-
-        async def terminate(self, proc: asyncio.subprocess.Process) -> None:
-            stopped.append(proc.pid)
-            await super().terminate(proc)
-
-    printer = Wrapped([sys.executable, "-c", "import os; print(os.environ['WRAPPED'])"])
-    env = Environment("c", tasks=[TASK], harness=printer)
-    ep = Episode()
-    await run_rollout(env, TASK, proxy=proxy, episode=ep, model=MODEL_NAME)
-    (trace,) = ep.traces
-    assert trace.ok and trace.info["command"]["stdout"].strip() == "yes"
-    assert started == [trace.info["command"]["argv"]] and stopped == []
-
-    sleeper = Wrapped([sys.executable, "-c", "import time; time.sleep(60)"])
-    env = Environment("c", tasks=[TASK], harness=sleeper, timeouts=Timeouts(agent=1.0))
-    ep = Episode()
-    await run_rollout(env, TASK, proxy=proxy, episode=ep, model=MODEL_NAME)
-    (trace,) = ep.traces
-    assert trace.stop == StopReason.AGENT_TIMEOUT and trace.info["command"]["killed"]
-    assert stopped == [trace.info["command"]["pid"]]
-    with pytest.raises(ProcessLookupError):
-        os.kill(stopped[0], 0)

@@ -55,7 +55,7 @@ def check(result: Any, preset: str) -> list[dict[str, Any]]:
     for ep in result.run:
         (trace,) = ep.traces
         info = {"task": ep.task_key, "stop": trace.stop, "turns": len(trace.calls),
-                "tokens": len(trace.tokens.ids),
+                "tokens": len(trace.columns.ids),
                 "mismatches": trace.info.get("token_mismatches", 0),
                 "errors": [(e.type, e.message[:300]) for e in trace.errors],
                 "stdout": str(trace.info.get("command", {}).get("stdout", ""))[-600:]}

@@ -16,7 +16,7 @@ def assert_codec_roundtrip(trace: Trace) -> None:
     assert isinstance(back, Trace)
     assert back.nodes == trace.nodes
     assert back.calls == trace.calls
-    assert back.tokens.ids.tolist() == trace.tokens.ids.tolist()
+    assert back.columns.ids.tolist() == trace.columns.ids.tolist()
 
 
 async def assert_store_roundtrip(traces: list[Trace], path: Path) -> None:

@@ -58,6 +58,6 @@ async def test_no_token_ids_recorded_honestly(fake: Fake, proxy: Proxy) -> None:
     await openai_chat_loop(client, turns=3, stream=False)
     await client.close()
     t = s.trace
-    assert len(t.calls) == 3 and len(t.tokens) == 0
+    assert len(t.calls) == 3 and len(t.columns) == 0
     assert all(not n.has_tokens for n in t.nodes)
     assert len(t.nodes) == 2 + 3 + 2

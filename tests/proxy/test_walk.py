@@ -60,6 +60,11 @@ def recording() -> Iterator[list[Entry]]:
     """Record the entries into tracewire functions made on this thread meanwhile."""
     entries: list[Entry] = []
     started: dict[int, types.FrameType] = {}  # kept alive, so ids are not reused
+    for task in asyncio.all_tasks():  # coroutines already running resume, not start
+        coro: Any = task.get_coro()
+        while coro is not None and getattr(coro, "cr_frame", None) is not None:
+            started[id(coro.cr_frame)] = coro.cr_frame
+            coro = coro.cr_await
 
     def profile(frame: types.FrameType, event: str, arg: Any) -> None:
         if event != "call":

@@ -69,15 +69,16 @@ def _answers(turns: list[Turn]) -> list[Turn]:
 async def test_session_samples_are_the_wire(stream: bool, llama_server: LlamaServerProc,
                                             smollm_gguf: Path) -> None:
     async with Relay(llama_server.url) as relay:
-        config = ProxyConfig(tokenizer=str(smollm_gguf), upstream_api="llamacpp")
-        async with Proxy(make_upstream(relay.url + "/v1", config, model="smollm"),
+        config = ProxyConfig()
+        async with Proxy(make_upstream(relay.url + "/v1", config, model="smollm",
+                                       tokenizer=str(smollm_gguf), upstream_api="llamacpp"),
                          config=config) as proxy, \
                 SessionClient(proxy.url, token=proxy.session_token) as client:
             info = await client.create()
-            await _loop(info.base_url, info.api_key, stream, seed=11 if stream else 12)
-            summary = await client.get(info.session_id)
-            samples = await client.samples(info.session_id)
-            trace = proxy.registry.get(info.session_id).trace
+            await _loop(info.base_url, info.secret, stream, seed=11 if stream else 12)
+            summary = await client.get(info.id)
+            samples = await client.samples(info.id)
+            trace = proxy.registry.get(info.id).trace
             turns = completion_turns(relay.records)
     got = check_against_wire(trace, turns)
     assert got.at == len(turns) and got.rerenders == 0  # one conversation, no re-render

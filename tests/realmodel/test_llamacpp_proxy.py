@@ -18,7 +18,7 @@ import pytest
 from aiohttp import web
 
 from tracewire.compose import make_upstream
-from tracewire.proxy import Proxy, ProxyConfig
+from tracewire.proxy import Proxy
 
 from .conftest import LlamaServerProc
 
@@ -77,8 +77,8 @@ def _wire(seen: Any) -> tuple[list[int], list[float]]:
 async def test_openai_loop_through_the_proxy_is_token_exact(llama_server: LlamaServerProc,
                                                             stream: bool) -> None:
     async with Tap(llama_server.url) as tap:
-        up = make_upstream(tap.url, ProxyConfig(tokenizer=str(llama_server.gguf),
-                                                upstream_api="llamacpp"), model="smollm2")
+        up = make_upstream(tap.url, tokenizer=str(llama_server.gguf), upstream_api="llamacpp",
+                           model="smollm2")
         async with Proxy(up) as proxy:
             s = proxy.create_session()
             client = openai.AsyncOpenAI(base_url=s.base_url, api_key=s.secret, max_retries=0)

@@ -110,3 +110,25 @@ async def test_missing_program_is_a_typed_error() -> None:
             await rt.exec(["/nonexistent/agent"])
         with pytest.raises(SandboxError):
             await rt.exec([])
+
+
+async def test_process_hook_prefix_and_no_lookup() -> None:
+    # What a CommandHarness without a runtime relies on: the pid and the exit status as
+    # they happen, its own temp dir name, and the start's own error without a lookup.
+    events: list[tuple[str, int]] = []
+    rt = LocalRuntime(workdir_prefix="tw-test-", check_program=False,
+                      on_process=lambda event, value: events.append((event, value)))
+    async with rt:
+        assert rt.host_workdir().name.startswith("tw-test-")
+        res = await rt.exec(["/bin/sh", "-c", "exit 4"])
+        assert events == [("spawn", res.extra["pid"]), ("exit", 4)]
+        with pytest.raises(SandboxError, match=r"cannot start '/nonexistent/agent': \[Errno 2\]"):
+            await rt.exec(["/nonexistent/agent"])
+        events.clear()
+        task = asyncio.ensure_future(rt.exec(["/bin/sh", "-c", "sleep 60"]))
+        while not events:
+            await asyncio.sleep(0.02)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert [e for e, _ in events] == ["spawn"]  # killed: no exit of its own

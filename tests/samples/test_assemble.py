@@ -360,7 +360,7 @@ def test_hook_name_is_short_for_records_and_qualified_for_errors() -> None:
 
 def test_hooks_cannot_write_into_the_trace() -> None:
     t = golden()
-    before = t.tokens.mask.copy()
+    before = t.columns.mask.copy()
 
     def scribble(trace: Trace, samples: list[Sample]) -> list[Sample]:
         samples[0].loss_mask[:] = 7
@@ -368,7 +368,7 @@ def test_hooks_cannot_write_into_the_trace() -> None:
 
     with pytest.raises(HookError, match="scribble"):
         assemble(t, postprocess=scribble)
-    assert np.array_equal(t.tokens.mask, before)
+    assert np.array_equal(t.columns.mask, before)
 
 
 def test_builder_streams_and_matches_one_shot() -> None:
@@ -390,7 +390,7 @@ def test_builder_streams_and_matches_one_shot() -> None:
     got, want = b.samples(picker=None), assemble(t, picker=None)
     assert len(got) == 2 and all(x.equals(y) for x, y in zip(got, want, strict=True))
     s = b.summary()
-    assert (s["turns"], s["branches"], s["tokens"]) == (7, 2, len(t.tokens))
+    assert (s["turns"], s["branches"], s["tokens"]) == (7, 2, len(t.columns))
     b.close()
     b.close()  # idempotent
     complete(t, p, [98], [-1], "stop")

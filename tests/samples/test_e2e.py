@@ -43,7 +43,7 @@ async def proxy() -> AsyncIterator[Proxy]:
 async def test_openai_tool_loop_then_collect(proxy: Proxy) -> None:
     async with SessionClient(proxy.url, token=proxy.session_token, timeout=120) as client:
         info = await client.create(metadata={"task": "calc-1"}, group_id="g7", group_index=1)
-        oai = openai.AsyncOpenAI(base_url=info.base_url, api_key=info.api_key, max_retries=0)
+        oai = openai.AsyncOpenAI(base_url=info.base_url, api_key=info.secret, max_retries=0)
         messages: list[dict[str, Any]] = [
             {"role": "system", "content": SYSTEM},
             {"role": "user", "content": "Use the calculator to compute (47 + 5) * 3."},
@@ -81,18 +81,18 @@ async def test_openai_tool_loop_then_collect(proxy: Proxy) -> None:
         await oai.close()
         assert len(returned) >= 3  # two forced tool calls, then an answer
 
-        session = proxy.registry.get(info.session_id)
+        session = proxy.registry.get(info.id)
         trace = session.trace
-        summary = await client.get(info.session_id)
+        summary = await client.get(info.id)
         assert summary["turns"] == len(returned) and summary["branches"] == 1
-        samples = await client.collect(info.session_id, metadata={"step": 9})
+        samples = await client.collect(info.id, metadata={"step": 9})
 
     (s,) = samples
     want_status = "truncated" if returned[-1][2] == "length" else "completed"
     assert s.status == want_status
     assert (s.group_id, s.group_index) == ("g7", 1)
     assert s.metadata["task"] == "calc-1" and s.metadata["step"] == 9
-    assert s.metadata["session_id"] == info.session_id
+    assert s.metadata["session_id"] == info.id
     # The sample is the trace's branch, token for token.
     branch = trace.branch(s.leaf)
     assert np.array_equal(s.tokens, branch.ids)
@@ -113,7 +113,7 @@ async def test_openai_tool_loop_then_collect(proxy: Proxy) -> None:
     assert s.prompt_len == s.spans[0][1]
     # The collect also deleted the session.
     with pytest.raises(SessionError, match="deleted"):
-        proxy.registry.get(info.session_id)
+        proxy.registry.get(info.id)
 
 
 async def test_concurrent_generations_become_branches_never_silently_dropped(
@@ -121,7 +121,7 @@ async def test_concurrent_generations_become_branches_never_silently_dropped(
 ) -> None:
     async with SessionClient(proxy.url, token=proxy.session_token, timeout=120) as client:
         info = await client.create()
-        oai = openai.AsyncOpenAI(base_url=info.base_url, api_key=info.api_key, max_retries=0)
+        oai = openai.AsyncOpenAI(base_url=info.base_url, api_key=info.secret, max_retries=0)
         messages = [
             {"role": "system", "content": SYSTEM},
             {"role": "user", "content": "Use the calculator to compute 2 + 2."},
@@ -138,12 +138,12 @@ async def test_concurrent_generations_become_branches_never_silently_dropped(
 
         await asyncio.gather(ask(1), ask(2))
         await oai.close()
-        trace = proxy.registry.get(info.session_id).trace
+        trace = proxy.registry.get(info.id).trace
         completions = [c.node for c in trace.calls if c.node is not None]
         assert len(completions) == 2
         # Both paid generations are in the trace, as sibling leaves.
         assert sorted(trace.leaves()) == sorted(completions)
-        data = await client.payload(info.session_id)
+        data = await client.payload(info.id)
         meta = payload_meta(data)
         # The default picker keeps the later one and names the other in the payload.
         assert [s["leaf"] for s in meta["samples"]] == [max(completions)]
@@ -151,7 +151,7 @@ async def test_concurrent_generations_become_branches_never_silently_dropped(
         # A picker that keeps everything gets both.
         api = add_session_routes(proxy.app, proxy)
         api.picker = None
-        both = await client.collect(info.session_id, metadata={"all": True})
+        both = await client.collect(info.id, metadata={"all": True})
         assert [s.leaf for s in both] == sorted(completions)
         assert both[0].prompt_len == both[1].prompt_len
         assert np.array_equal(

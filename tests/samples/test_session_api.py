@@ -293,34 +293,34 @@ async def test_custom_hooks_mounted_before_start() -> None:
 async def test_client_collect_deletes_and_survives_delete_failure(proxy: Proxy) -> None:
     async with SessionClient(proxy.url, timeout=30) as client:
         info = await client.create(metadata={"k": "v"}, group_id="grp", group_index=2)
-        assert info.base_url.endswith(f"/sessions/{info.session_id}/v1")
-        golden(proxy.registry.get(info.session_id).trace)
-        summary = await client.get(info.session_id)
+        assert info.base_url.endswith(f"/sessions/{info.id}/v1")
+        golden(proxy.registry.get(info.id).trace)
+        summary = await client.get(info.id)
         assert summary["turns"] == 2
-        trace = proxy.registry.get(info.session_id).trace
-        got = await client.collect(info.session_id)
+        trace = proxy.registry.get(info.id).trace
+        got = await client.collect(info.id)
         assert same(
             got,
             assemble(
                 trace,
                 metadata={"k": "v"},
-                computed={"session_id": info.session_id},
+                computed={"session_id": info.id},
                 group_id="grp",
                 group_index=2,
             ),
         )
         assert got[0].group_id == "grp" and got[0].group_index == 2
         with pytest.raises(SessionError, match="deleted"):
-            await client.get(info.session_id)
+            await client.get(info.id)
 
         info = await client.create()
-        golden(proxy.registry.get(info.session_id).trace)
+        golden(proxy.registry.get(info.id).trace)
 
         async def failing_delete(session_id: str) -> None:
             raise ConnectionError("network down")
 
         client.delete = failing_delete  # type: ignore[method-assign]
-        got = await client.collect(info.session_id)
+        got = await client.collect(info.id)
         assert got[0].tokens.tolist() == [1, 2, 3, 10, 11, 20, 21, 30, 31]
         # A failed collect still raises its own error (not the delete's).
         with pytest.raises(SessionError, match="never existed"):
@@ -343,19 +343,19 @@ async def test_client_timeout_and_unreachable_server() -> None:
 async def test_torch_tensors_when_available(proxy: Proxy) -> None:
     async with SessionClient(proxy.url) as client:
         info = await client.create()
-        golden(proxy.registry.get(info.session_id).trace)
+        golden(proxy.registry.get(info.id).trace)
         if importlib.util.find_spec("torch") is None:
             with pytest.raises(ImportError, match="torch"):
-                await client.samples(info.session_id, tensors="torch")
+                await client.samples(info.id, tensors="torch")
         else:
-            (d,) = await client.samples(info.session_id, tensors="torch")
+            (d,) = await client.samples(info.id, tensors="torch")
             assert d["tokens"].tolist() == [1, 2, 3, 10, 11, 20, 21, 30, 31]
 
 
 async def test_concurrent_commits_and_collects(proxy: Proxy) -> None:
     async with SessionClient(proxy.url) as client:
         info = await client.create()
-        t = proxy.registry.get(info.session_id).trace
+        t = proxy.registry.get(info.id).trace
         p = prompt(t, None, [("user", "u")], [1])
 
         async def writer() -> None:
@@ -366,7 +366,7 @@ async def test_concurrent_commits_and_collects(proxy: Proxy) -> None:
                 await asyncio.sleep(0)
 
         async def reader() -> list[list[Sample]]:
-            return [await client.samples(info.session_id) for _ in range(10)]
+            return [await client.samples(info.id) for _ in range(10)]
 
         _, results = await asyncio.gather(writer(), reader())
         for samples in results:
@@ -374,8 +374,8 @@ async def test_concurrent_commits_and_collects(proxy: Proxy) -> None:
             assert s.status == "completed"
             n = len(s.spans)
             assert s.tokens.shape[0] == 1 + 51 * n - 1
-        final = await client.samples(info.session_id)
-        assert same(final, assemble(t, computed={"session_id": info.session_id}))
+        final = await client.samples(info.id)
+        assert same(final, assemble(t, computed={"session_id": info.id}))
 
 
 class _ThreadProxy:
@@ -414,26 +414,26 @@ def thread_proxy() -> Iterator[Proxy]:
 def test_sync_client(thread_proxy: Proxy) -> None:
     with SyncSessionClient(thread_proxy.url) as client:
         info = client.create(metadata={"m": 1})
-        trace = thread_proxy.registry.get(info.session_id).trace
+        trace = thread_proxy.registry.get(info.id).trace
         golden(trace)
-        assert client.get(info.session_id)["turns"] == 2
-        (s,) = client.collect(info.session_id, max_seq_len=8)
+        assert client.get(info.id)["turns"] == 2
+        (s,) = client.collect(info.id, max_seq_len=8)
         assert s.status == "truncated" and s.metadata["m"] == 1
         assert np.array_equal(s.response_mask, [1, 1, 0, 0, 1])
         with pytest.raises(SessionError):
-            client.get(info.session_id)
+            client.get(info.id)
 
 
 async def test_multi_megabyte_payload_streams(proxy: Proxy) -> None:
     async with SessionClient(proxy.url) as client:
         info = await client.create()
-        t = proxy.registry.get(info.session_id).trace
+        t = proxy.registry.get(info.id).trace
         n = 300_000  # ~2.7 MB of payload
         p = prompt(t, None, [("user", "u")], np.arange(n, dtype=np.int32).tolist())
         complete(t, p, np.arange(n, dtype=np.int32).tolist(), [-0.25] * n, "stop")
-        (s,) = await client.samples(info.session_id)
+        (s,) = await client.samples(info.id)
         assert s.tokens.shape == (2 * n,) and int(s.loss_mask.sum()) == n
-        assert s.equals(assemble(t, computed={"session_id": info.session_id})[0])
+        assert s.equals(assemble(t, computed={"session_id": info.id})[0])
 
 
 async def test_every_session_route_needs_the_trainer_token(proxy: Proxy) -> None:
@@ -492,9 +492,9 @@ async def test_client_rebuilds_the_servers_error_with_its_reason(proxy: Proxy) -
         with pytest.raises(SessionError) as never:
             await client.get("missing")
         assert never.value.reason == GoneReason.NEVER_EXISTED
-        await client.delete(info.session_id)
+        await client.delete(info.id)
         with pytest.raises(SessionError) as gone:
-            await client.get(info.session_id)
+            await client.get(info.id)
         assert gone.value.reason == GoneReason.DELETED
         with pytest.raises(ProxyError, match=r"\$\.ttl"):  # a 400 names the field
             await client.create(ttl=-1)
@@ -522,9 +522,9 @@ async def test_the_proxys_one_sweeper_also_sweeps_the_session_api() -> None:
         api = api_of(p)
         async with SessionClient(p.url) as client:
             info = await client.create()
-            golden(p.registry.get(info.session_id).trace)
-            await client.samples(info.session_id)
-        sid = info.session_id
+            golden(p.registry.get(info.id).trace)
+            await client.samples(info.id)
+        sid = info.id
         assert sid in api.collector.builders and api.collector.collected[sid].closed_at is None
         p.registry.get(sid).last_used -= 60  # idle past its TTL
         for _ in range(300):  # the sweep is due within a second; allow a slow machine

@@ -35,7 +35,7 @@ async def test_local_client_gets_episode_data_past_the_broker() -> None:
                     "the broker to count both runs")
     # Both paths deliver the same episode (ids differ; compare the traces' content).
     a, b = direct.episode.traces[0], brokered.episode.traces[0]
-    assert (a.tokens.ids == b.tokens.ids).all() and len(a.nodes) == len(b.nodes) == 60
+    assert (a.columns.ids == b.columns.ids).all() and len(a.nodes) == len(b.nodes) == 60
     assert direct.wire_bytes < 1.05 * len(record_bytes(direct.episode))
 
 

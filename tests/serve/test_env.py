@@ -25,4 +25,4 @@ async def test_arithmetic_episode_streams_from_a_real_rollout() -> None:
     assert ep.env == "arithmetic" and deltas and res.deltas == len(deltas)
     trace = ep.traces[0]
     assert trace.calls and trace.calls[0].node is not None
-    assert len(trace.tokens) > 0 and int(trace.tokens.mask.sum()) > 0
+    assert len(trace.columns) > 0 and int(trace.columns.mask.sum()) > 0

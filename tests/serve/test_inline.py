@@ -41,7 +41,7 @@ async def test_inline_workers_stream_runs_and_groups_then_stop_cleanly() -> None
     assert len(ep.traces[0].nodes) == 16 and ep.traces[0].completed
     assert [r.episode.group_index for r in group] == [0, 1, 2]
     for r in group:
-        assert len(r.episode.traces[0].tokens) == 50 * 1008
+        assert len(r.episode.traces[0].columns) == 50 * 1008
         assert r.wire_bytes < 1.05 * len(record_bytes(r.episode))
     assert len(stats["workers"]) == 2 and all(w["pid"] is None for w in stats["workers"])
     assert sum(w["done"] for w in stats["workers"]) == 4

@@ -39,8 +39,8 @@ async def test_standin_turns_are_node_pairs_calls_and_notifies() -> None:
     run = standin_runner()
     await run({"turns": 300, "tokens": 7}, ep)
     t = ep.traces[0]
-    assert len(t.nodes) == 600 and len(t.calls) == 300 and len(t.tokens) == 300 * 15
+    assert len(t.nodes) == 600 and len(t.calls) == 300 and len(t.columns) == 300 * 15
     assert notified[:300] == [2 * (i + 1) for i in range(300)] and len(notified) == 301
     assert t.nodes[3].parent == 2 and t.nodes[3].sampled and t.calls[1].node == 3
     assert (t.nodes[2].start, t.nodes[2].end, t.nodes[3].end) == (15, 23, 30)
-    assert int(t.tokens.mask.sum()) == 300 * 7 and t.completed and t.reward == 1.0
+    assert int(t.columns.mask.sum()) == 300 * 7 and t.completed and t.reward == 1.0

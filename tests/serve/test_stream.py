@@ -34,9 +34,9 @@ async def test_run_streams_deltas_that_assemble_to_the_final_episode() -> None:
     assert_episode_equal(assembled, ep)
     t = ep.traces[0]
     assert ep.task_key == "t1" and ep.env == "standin" and t.completed and t.reward == 1.0
-    assert len(t.nodes) == 12 and len(t.calls) == 6 and len(t.tokens) == 6 * (8 + 50)
-    assert int(t.tokens.mask.sum()) == 6 * 50
-    assert np.isnan(t.tokens.logprobs[:8]).all() and not np.isnan(t.tokens.logprobs[8:58]).any()
+    assert len(t.nodes) == 12 and len(t.calls) == 6 and len(t.columns) == 6 * (8 + 50)
+    assert int(t.columns.mask.sum()) == 6 * 50
+    assert np.isnan(t.columns.logprobs[:8]).all() and not np.isnan(t.columns.logprobs[8:58]).any()
     # The kept frames are the episode as it arrived; persisting them needs no re-encoding.
     assert res.frames is not None
     stored = decode_record(b"".join(frames_to_record(res.frames)))
@@ -49,7 +49,7 @@ async def test_final_delta_and_wire_size_without_keep_frames() -> None:
         res = await client.run({"turns": 40, "tokens": 1000})
     t = res.episode.traces[0]
     assert res.frames is None and res.deltas >= 1
-    assert len(t.nodes) == 80 and len(t.tokens) == 40 * 1008
+    assert len(t.nodes) == 80 and len(t.columns) == 40 * 1008
     # Every token crossed the wire once: within a few percent of the binary record.
     assert res.wire_bytes < 1.05 * len(record_bytes(res.episode))
 

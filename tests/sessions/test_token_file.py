@@ -30,7 +30,7 @@ async def test_proxy_and_client_share_a_token_file(
         assert proxy.session_token == "tws-from-file"
         async with SessionClient(proxy.url) as client:
             info = await client.create()
-            assert proxy.registry.get(info.session_id) is not None
+            assert proxy.registry.get(info.id) is not None
         # Without it the same request is refused: the file really was the credential.
         async with SessionClient(proxy.url, token="wrong") as client:
             with pytest.raises(ProxyError):

@@ -52,4 +52,4 @@ def check(ep: Episode, *, complete: bool = True) -> None:
         assert t.stop == "done"
     assert len(t.nodes) in (2 * turns, 2 * turns + 1)
     for k, node in enumerate(t.nodes):
-        assert np.array_equal(t.tokens.ids[node.start : node.end], tokens(seed, k, n))
+        assert np.array_equal(t.columns.ids[node.start : node.end], tokens(seed, k, n))

@@ -36,5 +36,5 @@ async def test_append_frames_of_env_server_episodes(tmp_path: Path) -> None:
             t = res.episode.traces[0]
             assert (row.task_key, row.env, row.turns) == (res.episode.task_key, "standin",
                                                           len(t.calls))
-            assert row.n_tokens == len(t.tokens) and row.group_index == res.episode.group_index
+            assert row.n_tokens == len(t.columns) and row.group_index == res.episode.group_index
         assert rows[2].group_id == rows[3].group_id is not None

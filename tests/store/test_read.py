@@ -141,7 +141,7 @@ def test_export_import_round_trip_opens_everywhere(tmp_path: Path) -> None:
     with open_run(tmp_path / "back") as back, open_run(tmp_path / "r") as orig:
         assert [r.episode_id for r in back.rows()] == [e.id for e in eps]
         for a, b in zip(orig.episodes(), back.episodes(), strict=True):
-            assert (a.traces[0].tokens.ids == b.traces[0].tokens.ids).all()
+            assert (a.traces[0].columns.ids == b.traces[0].columns.ids).all()
             check(b)
     # pandas, polars and duckdb all open the exports.
     assert len(pd.read_json(jl, lines=True)) == 4
@@ -154,7 +154,7 @@ def test_export_import_round_trip_opens_everywhere(tmp_path: Path) -> None:
     got = duckdb.sql(f"SELECT sum(len(ids)), sum(n_tokens) FROM '{samples}'").fetchall()[0]
     assert got == (4 * 120, 4 * 120)
     assert pd.read_parquet(samples)["ids"].iloc[0].tolist() == \
-        eps[0].traces[0].tokens.ids.tolist()
+        eps[0].traces[0].columns.ids.tolist()
 
 
 def test_export_of_missing_run_fails_cleanly(tmp_path: Path) -> None:

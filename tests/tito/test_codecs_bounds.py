@@ -25,7 +25,7 @@ import pytest
 from aiohttp import web
 
 from tracewire.compose import make_upstream
-from tracewire.proxy import Proxy, ProxyConfig, Session
+from tracewire.proxy import Proxy, Session
 from tracewire.samples import SampleStatus, assemble
 from tracewire.tito import ChatTokenizer
 
@@ -154,8 +154,7 @@ async def test_bad_ids_are_a_recorded_502_and_others_keep_being_served(
         fake: ThreadedFake, tok_dirs: dict[str, Path], case: str, stream: bool) -> None:
     fake.bad = _completion(CASES[case](fake.tok.vocab_size), [1, 2, 3])
     fake.bad_stream = _stream(CASES[case](fake.tok.vocab_size), [1, 2, 3])
-    up = make_upstream(fake.url + "/v1", ProxyConfig(tokenizer=str(tok_dirs["qwen25"])),
-                       model="m")
+    up = make_upstream(fake.url + "/v1", tokenizer=str(tok_dirs["qwen25"]), model="m")
     async with Proxy(up) as proxy, aiohttp.ClientSession() as http:
         bad, other = proxy.create_session(), proxy.create_session()
         status, first = await _turn(http, bad, "hello")  # one good turn first
@@ -180,8 +179,7 @@ async def test_a_200k_id_reply_that_was_asked_for_is_served_off_the_loop(
     # run in a worker thread, so the other session is still answered meanwhile.
     n = 200_000
     fake.bad = _completion([i % 256 for i in range(n)], [1, 2, 3])
-    up = make_upstream(fake.url + "/v1", ProxyConfig(tokenizer=str(tok_dirs["qwen25"])),
-                       model="m")
+    up = make_upstream(fake.url + "/v1", tokenizer=str(tok_dirs["qwen25"]), model="m")
     async with Proxy(up) as proxy, aiohttp.ClientSession() as http:
         big, other = proxy.create_session(), proxy.create_session()
         (status, body), lat = await _while_bad(http, big, other, n)

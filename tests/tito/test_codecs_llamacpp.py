@@ -18,7 +18,7 @@ from aiohttp import web
 
 from tracewire import UpstreamError
 from tracewire.compose import make_upstream
-from tracewire.proxy import Proxy, ProxyConfig
+from tracewire.proxy import Proxy
 from tracewire.proxy._upstream_api import UpstreamRequest
 from tracewire.tito import ChatTokenizer, PromptBuilder, UpstreamShapeError
 from tracewire.tito._token_upstream import TokenUpstream
@@ -254,8 +254,8 @@ async def test_withheld_token_through_the_proxy_is_nan_and_flagged(
     await runner.setup()
     await web.TCPSite(runner, "127.0.0.1", 0).start()
     url = f"http://127.0.0.1:{runner.addresses[0][1]}"
-    up = make_upstream(url, ProxyConfig(tokenizer=str(tok_dirs["qwen25"]),
-                                        upstream_api="llamacpp"), model="m")
+    up = make_upstream(url, tokenizer=str(tok_dirs["qwen25"]), upstream_api="llamacpp",
+                       model="m")
     try:
         async with Proxy(up) as proxy, aiohttp.ClientSession() as http:
             s = proxy.create_session()

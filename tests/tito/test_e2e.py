@@ -31,7 +31,7 @@ from .fake_servers import Script, start_fake
 @contextlib.asynccontextmanager
 async def _tito_proxy(tok_dir: Path, policy: Policy) -> AsyncIterator[Proxy]:
     runner, base = await start_fake(Script(ids=[], policy=policy))
-    up = make_upstream(base + "/v1", ProxyConfig(tokenizer=str(tok_dir)), model="m")
+    up = make_upstream(base + "/v1", tokenizer=str(tok_dir), model="m")
     assert isinstance(up, TokenUpstream)
     try:
         async with Proxy(up) as proxy:

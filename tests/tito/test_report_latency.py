@@ -20,7 +20,7 @@ from pathlib import Path
 import aiohttp
 
 from tracewire.compose import make_upstream
-from tracewire.proxy import Proxy, ProxyConfig
+from tracewire.proxy import Proxy
 from tracewire.tito import ChatTokenizer, PromptBuilder, TokenUpstream
 
 from .fake_servers import Script, start_fake
@@ -45,7 +45,7 @@ async def test_a_20k_token_summary_leaves_other_sessions_answered(
         return [*b.tok.encode("ok"), stop], "ok", "stop"
 
     runner, base = await start_fake(Script(ids=[], policy=policy))
-    up = make_upstream(base + "/v1", ProxyConfig(tokenizer=str(tok_dirs["qwen25"])), model="m")
+    up = make_upstream(base + "/v1", tokenizer=str(tok_dirs["qwen25"]), model="m")
     assert isinstance(up, TokenUpstream)
     try:
         async with Proxy(up) as proxy, aiohttp.ClientSession() as http:

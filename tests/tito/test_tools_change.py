@@ -12,7 +12,7 @@ import openai
 import pytest
 
 from tracewire.compose import make_upstream
-from tracewire.proxy import Proxy, ProxyConfig
+from tracewire.proxy import Proxy
 from tracewire.tito import (
     ChatTokenizer,
     PromptBuilder,
@@ -109,7 +109,7 @@ async def test_through_the_proxy_the_summary_counts_it(tok_dirs: dict[str, Path]
     b = PromptBuilder(toks["qwen25"])
     policy = Policy(b, "qwen25", turns=1)  # answers in text
     runner, base = await start_fake(Script(ids=[], policy=policy))
-    up = make_upstream(base + "/v1", ProxyConfig(tokenizer=str(tok_dirs["qwen25"])), model="m")
+    up = make_upstream(base + "/v1", tokenizer=str(tok_dirs["qwen25"]), model="m")
     assert isinstance(up, TokenUpstream)
     try:
         async with Proxy(up) as proxy:

@@ -41,7 +41,7 @@ def test_linear_branch_is_a_zero_copy_slice() -> None:
                     logprobs=[-0.1, -0.2])
     b = t.branch(n1)
     assert b.contiguous
-    assert np.shares_memory(b.ids, t.tokens.ids)
+    assert np.shares_memory(b.ids, t.columns.ids)
     assert b.ids.tolist() == [1, 2, 3, 4, 5]
     assert b.mask.tolist() == [0, 0, 0, 1, 1]
     assert np.isnan(b.logprobs[:3]).all()
@@ -92,3 +92,19 @@ def test_errors_and_rewards() -> None:
     assert t.ok
     t.add_error("ValueError", "bad", phase="scoring")
     assert not t.ok and t.errors[0].phase == "scoring"
+
+
+def test_tokens_is_a_deprecated_alias_of_columns() -> None:
+    t = Trace()
+    t.add_node(Message(role="assistant", content="x"), sampled=True, ids=[5, 6])
+    with pytest.warns(DeprecationWarning, match=r"Trace\.columns"):
+        cols = t.tokens
+    assert cols is t.columns and cols.ids.tolist() == [5, 6]
+    other = Columns()
+    with pytest.warns(DeprecationWarning, match=r"Trace\.columns"):
+        t.tokens = other
+    assert t.columns is other
+    given = Columns()
+    with pytest.warns(DeprecationWarning, match=r"Trace\.columns"):
+        old = Trace(tokens=given)
+    assert old.columns is given

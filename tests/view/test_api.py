@@ -138,9 +138,9 @@ async def test_episode_branch_timing_tokens(client: Client) -> None:
     summary = await get_json(s, f"{url}/api/episodes/{ep.id}")
     assert summary["live"] is False and summary["task_key"] == ep.task_key
     t0 = summary["traces"][0]
-    assert t0["n_nodes"] == 5 and t0["n_tokens"] == len(tr.tokens)
+    assert t0["n_nodes"] == 5 and t0["n_tokens"] == len(tr.columns)
     assert t0["rewards"]["correct"]["score"] == ep.reward
-    assert t0["leaves"] == [{"leaf": 4, "depth": 5, "n_tokens": len(tr.tokens),
+    assert t0["leaves"] == [{"leaf": 4, "depth": 5, "n_tokens": len(tr.columns),
                              "role": "assistant"}]
 
     page = await get_json(s, f"{url}/api/episodes/{ep.id}/traces/0/branches/4")
@@ -149,7 +149,7 @@ async def test_episode_branch_timing_tokens(client: Client) -> None:
     assert page["nodes"][2]["message"]["tool_calls"][0]["name"] == "add"
     assert page["nodes"][2]["call"]["finish_reason"] == "tool_calls"
     assert page["nodes"][3]["message"]["tool_call_id"] == "call_0"
-    assert page["nodes"][-1]["end"] == len(tr.tokens)
+    assert page["nodes"][-1]["end"] == len(tr.columns)
 
     timing = await get_json(s, f"{url}/api/episodes/{ep.id}/traces/0/timing")
     assert {p["name"] for p in timing["phases"]} == {"setup", "scoring", "agent"}
@@ -159,16 +159,16 @@ async def test_episode_branch_timing_tokens(client: Client) -> None:
     async with s.get(f"{url}/api/episodes/{ep.id}/traces/0/branches/4/tokens?start=2&end=9"
                      ) as r:
         assert r.status == 200 and r.content_type == "application/octet-stream"
-        assert r.headers["X-Token-Total"] == str(len(tr.tokens))
+        assert r.headers["X-Token-Total"] == str(len(tr.columns))
         raw = await r.read()
     n = 7
-    assert np.array_equal(np.frombuffer(raw[: 4 * n], "<i4"), tr.tokens.ids[2:9])
-    assert np.array_equal(np.frombuffer(raw[4 * n : 8 * n], "<f4"), tr.tokens.logprobs[2:9],
+    assert np.array_equal(np.frombuffer(raw[: 4 * n], "<i4"), tr.columns.ids[2:9])
+    assert np.array_equal(np.frombuffer(raw[4 * n : 8 * n], "<f4"), tr.columns.logprobs[2:9],
                           equal_nan=True)
-    assert np.array_equal(np.frombuffer(raw[8 * n :], "u1"), tr.tokens.mask[2:9])
+    assert np.array_equal(np.frombuffer(raw[8 * n :], "u1"), tr.columns.mask[2:9])
     body = await get_json(s, f"{url}/api/episodes/{ep.id}/traces/0/branches/4/tokens"
                              "?start=0&end=100&format=json")
-    assert body["end"] == len(tr.tokens) and body["ids"] == tr.tokens.ids.tolist()
+    assert body["end"] == len(tr.columns) and body["ids"] == tr.columns.ids.tolist()
     assert body["logprobs"][0] is None  # NaN (not sampled) travels as null
 
     for bad in ("start=5&end=2", "start=0&end=70000", "start=x", "format=xml"):

@@ -104,17 +104,17 @@ async def test_10k_turn_episode(tmp_path: Path) -> None:
         summary = await get_json(s, base)
         t0 = summary["traces"][0]
         assert t0["n_nodes"] == 20_001 and t0["n_calls"] == 10_000
-        assert t0["leaves"] == [{"leaf": 20_000, "depth": 20_001, "n_tokens": len(tr.tokens),
+        assert t0["leaves"] == [{"leaf": 20_000, "depth": 20_001, "n_tokens": len(tr.columns),
                                  "role": "assistant"}]
         page = await get_json(s, f"{base}/traces/0/branches/20000?offset=19990&limit=200")
         assert [n["index"] for n in page["nodes"]] == list(range(19990, 20001))
         assert page["nodes"][-1]["message"]["content"] == "answer to turn 9999"
-        assert page["nodes"][-1]["end"] == len(tr.tokens) and page["n_nodes"] == 20_001
+        assert page["nodes"][-1]["end"] == len(tr.columns) and page["n_nodes"] == 20_001
         await get_json(s, f"{base}/traces/0/branches/20000?limit=2001", 400)
         timing = await get_json(s, f"{base}/traces/0/timing")
         assert len(timing["calls"]["start"]) == 10_000
         assert timing["calls"]["node"][-1] == 20_000
         body = await get_json(s, f"{base}/traces/0/branches/20000/tokens?start=79990"
                                  "&end=80100&format=json")
-        assert body["ids"] == tr.tokens.ids[79990:80001].tolist()
-        assert body["total"] == len(tr.tokens) == 80_001
+        assert body["ids"] == tr.columns.ids[79990:80001].tolist()
+        assert body["total"] == len(tr.columns) == 80_001

@@ -105,7 +105,7 @@ def test_token_view_of_a_million_tokens(view_page: Any, server: ViewServer,
                                         fixture_run: tuple[Path, dict[str, Episode]]) -> None:
     page = view_page
     ep = next(e for e in fixture_run[1].values() if e.task_key == "million")
-    total = len(ep.traces[0].tokens)
+    total = len(ep.traces[0].columns)
     page.goto(f"{server.url}/#/episodes/{ep.id}")
     page.get_by_test_id("tab-tokens").click()
     expect(page.get_by_test_id("token-count")).to_have_text(f"{total:,} tokens")
@@ -120,7 +120,7 @@ def test_token_view_of_a_million_tokens(view_page: Any, server: ViewServer,
     expect(cell).to_have_attribute("data-id", str((total - 14) % 50_000))
     expect(cell).to_have_attribute("data-mask", "1")
     cell.hover()
-    lp = float(ep.traces[0].tokens.logprobs[total - 10])
+    lp = float(ep.traces[0].columns.logprobs[total - 10])
     expect(page.get_by_test_id("token-info")).to_contain_text(
         f"pos {total - 10} · id {(total - 14) % 50_000} · logprob {lp:.4f}")
     expect(page.get_by_test_id("token-info")).to_contain_text("trained")

@@ -260,7 +260,7 @@ async def test_token_kinds_mark_junctions_and_masked_samples(tmp_path: Path) -> 
     total = len(want)
     assert np.array_equal(np.frombuffer(raw[9 * total : 10 * total], "u1"), want)
     entropy = np.frombuffer(raw[10 * total :], "<f4")
-    assert np.array_equal(entropy, ep.traces[0].tokens.column("entropy"))
+    assert np.array_equal(entropy, ep.traces[0].columns.column("entropy"))
     assert (lo, hi) == (0.0, 2.0)
     assert summary["traces"][0]["extra"] == ["entropy"]
     assert math.isclose(body["logprobs"][n["prompt"]], -3.0)
@@ -303,7 +303,7 @@ async def test_gguf_tokenizer_gives_text_and_junctions(tmp_path: Path) -> None:
         body = await get_json(s, f"{srv.url}/api/episodes/{ep.id}/traces/0/branches/{leaf}"
                                  "/tokens?format=json&kinds=1")
     assert info["tokenizer"]["known"] and vocab["size"] == tok.vocab_size
-    ids = ep.traces[0].tokens.ids.tolist()
+    ids = ep.traces[0].columns.ids.tolist()
     assert "".join(vocab["pieces"][i] for i in ids) == tok.decode(ids)
     junction_at = n["prompt"] + n["answer"]
     assert body["kind"][junction_at : junction_at + n["junction"]] == [3] * n["junction"]

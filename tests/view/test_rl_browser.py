@@ -162,7 +162,7 @@ def test_heat_colours_follow_logprobs(view_page: Any, tmp_path: Path,
     ep, n = chatml_episode(ChatTokenizer(qwen))
     in_thread(write_run(tmp_path / "run", [ep], meta={"name": "heat", "tokenizer": str(qwen)}))
     tr = ep.traces[0]
-    lp = tr.tokens.logprobs
+    lp = tr.columns.logprobs
     page = view_page
     with ViewServer.run_in_thread(tmp_path / "run") as srv:
         page.goto(f"{srv.url}/#/episodes/{ep.id}?tab=tokens")
@@ -189,7 +189,7 @@ def test_heat_colours_follow_logprobs(view_page: Any, tmp_path: Path,
         cells.first.hover()
         first_pos = int(str(cells.first.get_attribute("data-pos")))
         expect(page.get_by_test_id("token-info")).to_contain_text(
-            f"pos {first_pos} · id {int(tr.tokens.ids[first_pos])} · text ")
+            f"pos {first_pos} · id {int(tr.columns.ids[first_pos])} · text ")
         expect(page.get_by_test_id("token-info")).to_contain_text(
             f"logprob {float(lp[first_pos]):.4f}")
         # By the extra column: entropy rises along the answer, so the hue falls.
@@ -208,11 +208,11 @@ def test_heat_colours_follow_logprobs(view_page: Any, tmp_path: Path,
         page.get_by_test_id("tab-tokens").click()
         expect(page.get_by_test_id("token-tokenizer")).to_contain_text("tracewire-tiny")
         sampled = page.locator(".tok[data-kind='1']")
-        expect(sampled).to_have_count(int(t0.tokens.mask.sum()))
+        expect(sampled).to_have_count(int(t0.columns.mask.sum()))
         for i in range(sampled.count()):
             pos = int(str(sampled.nth(i).get_attribute("data-pos")))
             assert int(str(sampled.nth(i).get_attribute("data-hue"))) == hue(
-                float(t0.tokens.logprobs[pos]))
+                float(t0.columns.logprobs[pos]))
     assert page.errors == []
 
 

@@ -47,7 +47,7 @@ class Cursor(msgspec.Struct, array_like=True, frozen=True, gc=False):
 
 def cursor_of(trace: Trace) -> Cursor:
     """The cursor just past everything ``trace`` holds now."""
-    return Cursor(len(trace.nodes), len(trace.tokens), len(trace.calls), len(trace.errors))
+    return Cursor(len(trace.nodes), len(trace.columns), len(trace.calls), len(trace.errors))
 
 
 class TraceDelta(msgspec.Struct, kw_only=True, omit_defaults=True):
@@ -150,9 +150,9 @@ class TraceSender:
             if self._last.get(name) != raw:
                 snaps[name] = raw
                 fields[name] = value if name in _IMMUTABLE else _decoders[name].decode(raw)
-        n_tok = len(t.tokens)
+        n_tok = len(t.columns)
         # New (even still empty) columns must reach the receiver with their dtype and shape.
-        new_cols = t.tokens.names() != self._cols
+        new_cols = t.columns.names() != self._cols
         changed = (
             fields
             or new_cols
@@ -172,7 +172,7 @@ class TraceSender:
             nodes=t.nodes[c.nodes :],
             calls=t.calls[c.calls :],
             errors=t.errors[c.errors :],
-            columns=t.tokens.slice(c.tokens, n_tok) if n_tok != c.tokens or new_cols else {},
+            columns=t.columns.slice(c.tokens, n_tok) if n_tok != c.tokens or new_cols else {},
             **fields,
         )
         self._proposed = (d, snaps)
@@ -284,7 +284,7 @@ def _check_trace_delta(t: Trace | None, d: TraceDelta) -> None:
             raise DeltaError(f"trace {d.id}: column {name!r} has {arr.shape[:1]} rows, not {n}")
     if t is not None and not d.reset and d.columns:
         for name, arr in d.columns.items():
-            have_spec = t.tokens.spec(name)
+            have_spec = t.columns.spec(name)
             if have_spec is not None and have_spec != (arr.dtype, arr.shape[1:]):
                 raise DeltaError(f"trace {d.id}: column {name!r} changes dtype or shape")
     try:
@@ -351,7 +351,7 @@ def _apply_trace(e: Episode, d: TraceDelta) -> None:
     t.calls.extend(d.calls)
     t.errors.extend(d.errors)
     if d.columns:
-        t.tokens.extend(d.columns)
+        t.columns.extend(d.columns)
     for name in _SCALARS:
         value = getattr(d, name)
         if value is not UNSET:

@@ -120,7 +120,7 @@ def trace_header(t: Trace, pack: Pack = _same) -> TraceHeader:
         stop=t.stop,
         completed=t.completed,
         ok=t.ok,
-        columns=t.tokens.arrays(),
+        columns=t.columns.arrays(),
     )
 
 
@@ -147,10 +147,9 @@ def validate_trace(nodes: list[Node], calls: list[Call], n_tokens: int, base: in
 
 def trace_from_header(h: TraceHeader) -> Trace:
     """Rebuild a live trace from a decoded header (columns adopted without copying)."""
-    cols = h.columns
-    tokens = Columns.from_arrays(cols) if cols else Columns()
-    validate_trace(h.nodes, h.calls, len(tokens))
-    t = Trace(h.id, agent=h.agent, tokens=tokens)
+    columns = Columns.from_arrays(h.columns) if h.columns else Columns()
+    validate_trace(h.nodes, h.calls, len(columns))
+    t = Trace(h.id, agent=h.agent, columns=columns)
     t.schema = h.schema
     t.nodes = h.nodes
     t.calls = h.calls

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from ._backend import Rollouts, rollouts
     from ._cli_demo import DEMO_COMMAND
     from ._cli_eval import EVAL_COMMAND
-    from ._cli_proxy import PROXY_COMMAND
+    from ._cli_proxy import PROXY_COMMAND, TOKEN_IN_UPSTREAM
     from ._cli_serve import SERVE_COMMAND
     from ._envrunner import env_factory
     from ._evaluate import EvalResult, default_run_dir, evaluate, evaluate_plan
@@ -45,6 +45,7 @@ _LAZY: dict[str, str] = {
     "EVAL_COMMAND": "._cli_eval",
     "PROXY_COMMAND": "._cli_proxy",
     "SERVE_COMMAND": "._cli_serve",
+    "TOKEN_IN_UPSTREAM": "._cli_proxy",
     "RUNTIMES": "._options",
     "Backend": "._options",
     "EvalOptions": "._plan",
@@ -78,6 +79,7 @@ __all__ = [
     "PROXY_COMMAND",
     "RUNTIMES",
     "SERVE_COMMAND",
+    "TOKEN_IN_UPSTREAM",
     "Backend",
     "EvalOptions",
     "EvalPlan",

@@ -72,9 +72,10 @@ async def local_rollouts(env: Environment, plan: RolloutPlan) -> AsyncIterator[L
         plan.base_url, plan.model, plan.api_key, seed=plan.seed,
         max_model_len=plan.max_model_len,
     ) as (upstream, model):
-        config = ProxyConfig(upstream_api_key=plan.api_key, tokenizer=plan.tokenizer,
-                             upstream_api=plan.upstream_api)
-        async with Proxy(make_upstream(upstream, config, model=model), config=config) as proxy:
+        config = ProxyConfig(upstream_api_key=plan.api_key)
+        up = make_upstream(upstream, config, model=model, tokenizer=plan.tokenizer,
+                           upstream_api=plan.upstream_api)
+        async with Proxy(up, config=config) as proxy:
             # Made (and the SDK imported) off the loop before the first rollout needs it.
             if env.harness.uses_sdk:
                 await http_client()
@@ -85,7 +86,7 @@ async def local_rollouts(env: Environment, plan: RolloutPlan) -> AsyncIterator[L
 
 
 def rollouts(
-    backend: Backend, env: Environment, plan: RolloutPlan, serve: ServePlan | None = None
+    backend: Backend | str, env: Environment, plan: RolloutPlan, serve: ServePlan | None = None
 ) -> contextlib.AbstractAsyncContextManager[Rollouts]:
     """Start the ``backend`` for ``env`` (``ValueError`` for an unknown one); ``serve``
     sets up the env-server backends (``process``, ``ray``); with ``plan.engine`` the engine
@@ -95,9 +96,9 @@ def rollouts(
         from ._engine import with_engine
 
         return with_engine(plan, lambda served: rollouts(backend, env, served, serve))
-    if backend == "local":
+    if backend == Backend.LOCAL:
         return local_rollouts(env, plan)
-    if backend in ("process", "ray"):
+    if backend in (Backend.PROCESS, Backend.RAY):
         # Imported here: the serve part (and its ZMQ) only when an env server is used.
         from ._backend_serve import serve_rollouts
 

@@ -27,16 +27,13 @@ from ..env import Environment, Task, Timeouts, close_http_client, load_environme
 from ..proxy import Proxy, ProxyConfig
 from ..serve import EnvClient, Runner, ServerConfig, make_pool, serve_env
 from ..store import Journal, RunWriter
-from ..trace import Episode
+from ..trace import Episode, InfoKey, StopReason
 from ._model_server import model_server
-from ._options import RolloutPlan, ServePlan
+from ._options import Backend, RolloutPlan, ServePlan
 from ._runtime import with_runtime
 from ._tito import make_upstream
 
 __all__ = ["ServeRollouts", "serve_factory", "serve_rollouts"]
-
-#: Stop condition of a rollout the env server failed (the worker died, a timeout, busy).
-SERVE_ERROR = "serve_error"
 
 
 def _run_timeout(env: Environment, timeouts: Timeouts | None) -> float:
@@ -80,13 +77,13 @@ async def serve_factory(env: str, options: dict[str, Any]) -> AsyncIterator[Runn
     timeouts = Timeouts(**raw) if isinstance(raw, dict) else None
     key = options.get("api_key")
     tok = options.get("tokenizer")
-    config = ProxyConfig(upstream_api_key=str(key) if key else None,
-                         tokenizer=str(tok) if tok else None,
-                         upstream_api=str(options.get("upstream_api") or "completions"))
+    config = ProxyConfig(upstream_api_key=str(key) if key else None)
     sampling = dict(options.get("sampling") or {})
     seed = int(options.get("seed", 0))
     model = str(options["model"])
-    upstream = make_upstream(str(options["base_url"]), config, model=model)
+    upstream = make_upstream(str(options["base_url"]), config, model=model,
+                             tokenizer=str(tok) if tok else None,
+                             upstream_api=str(options.get("upstream_api") or "completions"))
     async with Proxy(upstream, config=config) as proxy:
 
         async def run(request: dict[str, Any], episode: Episode) -> None:
@@ -110,10 +107,10 @@ def failed_rollout(episode: Episode, exc: ServeError) -> Episode:
     """``episode`` as a rollout the env server failed: one trace stopped ``serve_error`` with
     the error, marked incomplete (so ``--resume`` runs it again)."""
     trace = episode.traces[0] if episode.traces else episode.new_trace()
-    trace.stop = SERVE_ERROR
+    trace.stop = StopReason.SERVE_ERROR
     trace.add_error(type(exc).__name__, str(exc), phase="serve")
     episode.add_error(type(exc).__name__, str(exc), phase="serve")
-    episode.info["incomplete"] = True
+    episode.info[InfoKey.INCOMPLETE] = True
     return episode
 
 
@@ -183,7 +180,7 @@ async def serve_rollouts(env: Environment, plan: RolloutPlan,
         inflight = max(1, serve.concurrency)
         run_timeout = _run_timeout(env, plan.timeouts)
         config = ServerConfig(workers=workers, max_inflight=inflight, run_timeout=run_timeout,
-                              heartbeat_timeout=2.0 if serve.backend == "ray" else 5.0)
+                              heartbeat_timeout=2.0 if serve.backend == Backend.RAY else 5.0)
         ref = worker_ref(serve.env_ref) if serve.env_ref else env.name
         async with serve_env(ref, pool=pool, workers=workers,
                              factory=serve_factory, options=options, config=config,

@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING
 from .._command import Command, parse_worker_resources
 from .._errors import PlanError, TracewireError
 from ..env import load_environment
-from ._options import BACKENDS, ENGINES, RUNTIMES, UPSTREAM_APIS
+from ..store import RunStatus
+from ._options import BACKENDS, ENGINES, RUNTIMES, UPSTREAM_APIS, Backend
 
 if TYPE_CHECKING:
     from ._plan import EvalPlan
@@ -44,7 +45,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="rollouts per task, grouped (default: 1)")
     parser.add_argument("-c", "--concurrency", type=int, default=8,
                         help="rollouts in flight (default: 8)")
-    parser.add_argument("--backend", choices=BACKENDS, default="local",
+    parser.add_argument("--backend", choices=BACKENDS, default=Backend.LOCAL.value,
                         help="where the rollouts run: local (this process, the default), "
                              "process (env-server worker processes) or ray (Ray actors)")
     parser.add_argument("--workers", type=int, default=2,
@@ -124,9 +125,9 @@ def plan_from_args(args: argparse.Namespace) -> EvalPlan:
 def _join_ray(args: argparse.Namespace) -> None:
     # Ray wants to be joined from the main thread and blocks for seconds doing it: done
     # here, before the event loop runs; the eval's pool then finds Ray initialised.
-    from ..serve import make_pool
+    from ..serve import WorkerBackend, make_pool
 
-    make_pool("ray", ray_address=args.ray_address).prepare()
+    make_pool(WorkerBackend.RAY, ray_address=args.ray_address).prepare()
 
 
 def _fail(reason: str) -> int:
@@ -177,7 +178,7 @@ async def run_cli(args: argparse.Namespace) -> tuple[int, str | None]:
             loop.remove_signal_handler(sig)
     summary = result.summary
     render_summary(console, summary)
-    if result.status == "interrupted":
+    if result.status == RunStatus.INTERRUPTED:
         console.print(f"interrupted: {summary.episodes} finished episodes kept; "
                       f"continue with --out {summary.run_dir} --resume")
         return 130, summary.run_dir
@@ -192,7 +193,7 @@ def run(args: argparse.Namespace) -> int:
         print("tracewire eval: --engine serves its own model: drop --base-url/--tokenizer",
               file=sys.stderr)
         return 2
-    if getattr(args, "backend", "local") == "ray":
+    if getattr(args, "backend", Backend.LOCAL) == Backend.RAY:
         try:
             _join_ray(args)
         except TracewireError as exc:

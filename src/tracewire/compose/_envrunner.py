@@ -52,9 +52,11 @@ async def env_factory(env: str, options: dict[str, Any]) -> AsyncIterator[Runner
             stack.push_async_callback(asyncio.to_thread, server.stop)
             base_url = server.base_url
         tok = options.get("tokenizer")
-        config = ProxyConfig(tokenizer=str(tok) if tok else None,
-                             upstream_api=str(options.get("upstream_api") or "completions"))
-        proxy = Proxy(make_upstream(str(base_url), config, model=model), config=config)
+        config = ProxyConfig()
+        upstream = make_upstream(str(base_url), config, model=model,
+                                 tokenizer=str(tok) if tok else None,
+                                 upstream_api=str(options.get("upstream_api") or "completions"))
+        proxy = Proxy(upstream, config=config)
         await proxy.start()
         stack.push_async_callback(proxy.stop)
 

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from .._errors import EnvError
 from ..diagnostics import LoopLagProbe
 from ..env import Environment, Task, load_environment
-from ..store import Run, RunReader, RunWriter, open_run
+from ..store import Run, RunReader, RunStatus, RunWriter, open_run
 from ..trace import Episode
 from ._backend import Rollouts, rollouts
 from ._options import RolloutPlan, ServePlan
@@ -47,7 +47,7 @@ class EvalResult:
 
     run: RunReader
     summary: Summary
-    status: str
+    status: RunStatus
     reason: str | None = None
 
 
@@ -144,7 +144,7 @@ async def evaluate_plan(
     n, r, concurrency = scale.n, scale.r, scale.concurrency
     resume = plan.output.resume
     tally = Tally()
-    status = "complete"
+    status = RunStatus.COMPLETE
     lag: float | None = None
     busy: float | None = None
     skipped = [0]
@@ -171,7 +171,7 @@ async def evaluate_plan(
                         tally, on_episode,
                     )
                 except BaseException:
-                    status = "interrupted"
+                    status = RunStatus.INTERRUPTED
                     raise
                 finally:
                     lag, busy = probe.p99_ms, probe.busy
@@ -208,7 +208,7 @@ async def _drive(
     stop: asyncio.Event | None,
     tally: Tally,
     on_episode: EpisodeCallback | None,
-) -> str:
+) -> RunStatus:
     """Run the work with ``concurrency`` workers until done (``complete``) or ``stop`` is
     set (``interrupted``); a store failure ends the eval by raising."""
 
@@ -234,11 +234,11 @@ async def _drive(
             waits = pending | ({waiter} if waiter is not None else set())
             finished, _ = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
             if waiter is not None and waiter in finished:
-                return "interrupted"
+                return RunStatus.INTERRUPTED
             for f in finished:
                 pending.discard(f)
                 f.result()
-        return "complete"
+        return RunStatus.COMPLETE
     finally:
         for w in workers:
             w.cancel()

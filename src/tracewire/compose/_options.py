@@ -8,21 +8,40 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from enum import StrEnum
+from typing import Any
 
 from ..env import Timeouts
 
 __all__ = ["BACKENDS", "ENGINES", "RUNTIMES", "UPSTREAM_APIS", "Backend", "RolloutPlan",
-           "ServePlan"]
+           "RuntimeName", "ServePlan"]
 
-#: Where an eval's rollouts run: ``local`` is this process; ``process`` and ``ray`` are the
-#: workers of an env server (local worker processes, or Ray actors on a cluster).
-Backend = Literal["local", "process", "ray"]
-#: Every :data:`Backend`, for the command line's choices.
-BACKENDS: tuple[Backend, ...] = ("local", "process", "ray")
-#: Where a command harness's agent runs (``tracewire eval --runtime``); resolved by
-#: ``_runtime.runtime_factory``, which imports the runtime part.
-RUNTIMES = ("local", "bwrap", "docker")
+
+
+class Backend(StrEnum):
+    """Where an eval's rollouts run: ``local`` is this process; ``process`` and ``ray`` are
+    the workers of an env server (``serve.WorkerBackend``'s local processes or Ray actors)."""
+
+    LOCAL = "local"
+    PROCESS = "process"
+    RAY = "ray"
+
+
+#: Every :class:`Backend`, for the command line's choices.
+BACKENDS: tuple[Backend, ...] = tuple(Backend)
+
+
+class RuntimeName(StrEnum):
+    """Where a command harness's agent runs (``tracewire eval --runtime``); resolved by
+    ``_runtime.runtime_factory``, which imports the runtime part."""
+
+    LOCAL = "local"
+    BWRAP = "bwrap"
+    DOCKER = "docker"
+
+
+#: Every :class:`RuntimeName`, for the command line's choices.
+RUNTIMES: tuple[RuntimeName, ...] = tuple(RuntimeName)
 #: Token-in endpoints ``--upstream-api`` accepts (the values of ``tito.codecs.UpstreamApi``).
 UPSTREAM_APIS = ("completions", "generate", "sglang", "llamacpp")
 
@@ -42,7 +61,8 @@ class RolloutPlan:
     sampling: Mapping[str, Any] = field(default_factory=dict)
     timeouts: Timeouts | None = None
     #: Token-in/token-out: a local tokenizer directory and the endpoint to send ids to
-    #: (see ``ProxyConfig.tokenizer``); None keeps the chat pass-through.
+    #: (a ``tito.codecs.UpstreamApi`` value, see ``make_upstream``); None keeps the chat
+    #: pass-through.
     tokenizer: str | None = None
     upstream_api: str = "completions"
     #: A local engine to start for the eval (one of ``ENGINES``) on ``engine_model`` (a GGUF

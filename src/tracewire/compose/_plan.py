@@ -170,7 +170,7 @@ class PlacementOptions:
     (``workers`` env-server workers: local processes, or Ray actors of ``worker_cpus``
     CPUs and ``worker_resources`` each on the cluster at ``ray_address``)."""
 
-    backend: Backend = "local"
+    backend: Backend | str = Backend.LOCAL
     workers: int = 2
     ray_address: str | None = None
     worker_cpus: float = 1.0
@@ -237,7 +237,7 @@ class EvalOptions(TypedDict, total=False):
     ro_paths: tuple[str, ...] | list[str]
     sandbox_paths: tuple[str, ...] | list[str]
     timeouts: Timeouts | None
-    backend: Backend
+    backend: Backend | str
     workers: int
     ray_address: str | None
     worker_cpus: float

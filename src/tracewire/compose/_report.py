@@ -13,6 +13,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
+from ..store import RunStatus
 from ._summary import Summary, Tally
 
 __all__ = ["EvalProgress", "render_summary"]
@@ -64,7 +65,7 @@ def render_summary(console: Console, s: Summary) -> None:
     t = Table(title=f"tracewire eval · {s.env} · {s.model}", show_header=False, box=None)
     t.add_column(style="bold", no_wrap=True)
     t.add_column(overflow="fold")
-    status = s.status if s.status == "complete" else f"[yellow]{s.status}[/yellow]"
+    status = s.status if s.status == RunStatus.COMPLETE else f"[yellow]{s.status}[/yellow]"
     t.add_row("status", status)
     extra = f" ({s.skipped} already done)" if s.skipped else ""
     t.add_row("episodes", f"{s.episodes} over {s.tasks} tasks, {s.ok} without error{extra}")

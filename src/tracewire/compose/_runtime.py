@@ -19,7 +19,7 @@ from ..runtime import (
     ProxyEndpoint,
     Runtime,
 )
-from ._options import RUNTIMES
+from ._options import RUNTIMES, RuntimeName
 
 __all__ = ["RUNTIMES", "runtime_factory", "with_runtime"]
 
@@ -45,12 +45,12 @@ def runtime_factory(
     ``TRACEWIRE_DOCKER_IMAGE``). ``limits`` default to the runtime's own."""
     if name not in RUNTIMES:
         raise EnvError(f"unknown runtime {name!r} (known: {', '.join(RUNTIMES)})")
-    if name == "local" and (ro_paths or sandbox_paths):
+    if name == RuntimeName.LOCAL and (ro_paths or sandbox_paths):
         raise EnvError("--ro-path/--sandbox-path apply to a sandbox (bwrap, docker); the "
                        "local runtime sees the host's files and PATH as they are")
-    if name == "docker" and sandbox_paths:
+    if name == RuntimeName.DOCKER and sandbox_paths:
         raise EnvError("--sandbox-path applies to bwrap; the docker image has its own PATH")
-    if name == "docker":
+    if name == RuntimeName.DOCKER:
         image = image or os.environ.get("TRACEWIRE_DOCKER_IMAGE")
         if not image:
             raise EnvError("the docker runtime needs an image: set TRACEWIRE_DOCKER_IMAGE "
@@ -77,9 +77,9 @@ class _Factory:
 
     def __call__(self, session: SessionLike, on_phase: PhaseHook) -> Runtime:
         ep = ProxyEndpoint.from_session(session)
-        if self.name == "local":
+        if self.name == RuntimeName.LOCAL:
             return LocalRuntime(endpoint=ep, limits=self.limits, on_phase=on_phase)
-        if self.name == "bwrap":
+        if self.name == RuntimeName.BWRAP:
             return BwrapRuntime(endpoint=ep, ro_paths=[*_venv(), *self.ro_paths],
                                 sandbox_path=self.sandbox_paths, limits=self.limits,
                                 on_phase=on_phase)

@@ -8,6 +8,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..store import RunStatus
 from ..trace import Episode, InfoKey
 
 __all__ = ["Summary", "Tally", "pass_at_k"]
@@ -26,7 +27,7 @@ class Summary:
 
     env: str
     model: str
-    status: str
+    status: RunStatus
     run_dir: str
     episodes: int
     tasks: int
@@ -102,7 +103,7 @@ class Tally:
             self.named[name].append(r.score)
         self.turns.append(len(trace.calls))
         self.calls_ok += sum(1 for c in trace.calls if c.error is None and c.node is not None)
-        self.tokens.append(len(trace.tokens))
+        self.tokens.append(len(trace.columns))
         self.completion.append(sum(n.end - n.start for n in trace.nodes if n.sampled))
         self.stops[trace.stop or "none"] += 1
         if trace.ok and episode.ok:
@@ -144,7 +145,7 @@ class Tally:
         *,
         env: str,
         model: str,
-        status: str,
+        status: RunStatus,
         run_dir: str,
         loop_lag_p99_ms: float | None = None,
         loop_busy: float | None = None,

@@ -1,5 +1,5 @@
 """Which upstream a proxy gets: the chat pass-through (a URL), or token-in/token-out when a
-tokenizer directory is configured.
+tokenizer directory (or GGUF file) is given.
 
 Here, in the composition root, because ``tito`` imports ``proxy``: the proxy itself must
 not import ``tito``. ``tito`` (and ``transformers``, the ``tracewire[tito]`` extra) loads
@@ -13,12 +13,14 @@ from ..proxy import ProxyConfig, Upstream
 __all__ = ["make_upstream"]
 
 
-def make_upstream(url: str, config: ProxyConfig | None = None, *, model: str = ""
+def make_upstream(url: str, config: ProxyConfig | None = None, *, model: str = "",
+                  tokenizer: str | None = None, upstream_api: str = "completions"
                   ) -> str | Upstream:
-    """``url`` itself (pass-through) unless ``config.tokenizer`` names a tokenizer
-    directory; then a :class:`~tracewire.tito.TokenUpstream` over the server at ``url``
-    (a trailing ``/v1`` is dropped: the token-in endpoints have their own paths)."""
-    if config is None or not config.tokenizer:
+    """``url`` itself (pass-through) unless ``tokenizer`` names a tokenizer directory or
+    GGUF file; then a :class:`~tracewire.tito.TokenUpstream` asking the server at ``url`` on
+    its ``upstream_api`` endpoint (a ``tito.codecs.UpstreamApi`` value; a trailing ``/v1``
+    is dropped, the token-in endpoints have their own paths) within ``config``'s timeout."""
+    if not tokenizer:
         return url
     from ..tito import TokenUpstream
     from ..tito.codecs import UpstreamApi
@@ -26,5 +28,6 @@ def make_upstream(url: str, config: ProxyConfig | None = None, *, model: str = "
     base = url.rstrip("/")
     if base.endswith("/v1"):
         base = base[:-3]
-    return TokenUpstream(base, config.tokenizer, api=UpstreamApi(config.upstream_api),
-                         model=model, timeout_s=config.upstream_timeout)
+    timeout = (config or ProxyConfig()).upstream_timeout
+    return TokenUpstream(base, tokenizer, api=UpstreamApi(upstream_api), model=model,
+                         timeout_s=timeout)

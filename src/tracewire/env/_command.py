@@ -7,29 +7,27 @@ its own process group so a deadline kills it and everything it started. Its exit
 the tails of stdout/stderr are recorded in ``trace.info["command"]`` (also when it is
 stopped early: what it printed so far); a non-zero exit is an agent error.
 
-Without ``runtime`` the program is a host subprocess (unsafe for untrusted agents). With
-one (a :data:`RuntimeFactory`, or a name the composition root resolves: ``local``,
-``bwrap``, ``docker``) it runs there: the runtime boots in the boot phase, its workdir
-holds the task files, ``rollout.runtime`` lets finalize hooks (and :func:`runtime_of`,
-scoring functions) run commands in it, and it is closed at cleanup on every path out.
+Without ``runtime`` the program is a host subprocess (unsafe for untrusted agents), run by
+a :class:`~tracewire.runtime.LocalRuntime` the harness keeps to itself: the rollout has no
+``runtime`` then, and ``trace.info["command"]`` holds the program's ``pid`` (no runtime
+name, no boot/close spans). With one (a :data:`RuntimeFactory`, or a name the composition
+root resolves: ``local``, ``bwrap``, ``docker``) it runs there: the runtime boots in the
+boot phase, its workdir holds the task files, ``rollout.runtime`` lets finalize hooks (and
+:func:`runtime_of`, scoring functions) run commands in it, and it is closed at cleanup on
+every path out.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import copy
 import json
 import os
-import shutil
-import signal
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from .._errors import EnvError
 from ..trace import Span, StopReason, Trace
@@ -44,12 +42,13 @@ from ._runtime import (
 )
 from ._task import Task
 
+if TYPE_CHECKING:
+    from ..runtime import LocalRuntime
+
 __all__ = ["CommandFailed", "CommandHarness"]
 
-#: Bytes of stdout/stderr kept (the tail) per stream.
-OUTPUT_TAIL = 64 * 1024
-_KILL_GRACE_S = 2.0
-PIPE, DEVNULL = asyncio.subprocess.PIPE, asyncio.subprocess.DEVNULL
+#: Where ``rollout.state`` keeps the harness's own LocalRuntime (no runtime given).
+_HOST = "host_runtime"
 #: Task-file contents: a mapping of relative paths to text or bytes.
 Files = Mapping[str, "str | bytes"]
 
@@ -60,42 +59,6 @@ class CommandFailed(EnvError):
 
 def _default_input(task: Task) -> str:
     return json.dumps({"key": task.key, **task.data}, ensure_ascii=False)
-
-
-class _Tail:
-    """The last ``OUTPUT_TAIL`` bytes of a stream, readable while it is still being read."""
-
-    def __init__(self) -> None:
-        self.buf = bytearray()
-
-    async def drain(self, stream: asyncio.StreamReader | None) -> None:
-        if stream is None:
-            return
-        while chunk := await stream.read(65536):
-            self.buf += chunk
-            if len(self.buf) > 2 * OUTPUT_TAIL:
-                del self.buf[: len(self.buf) - OUTPUT_TAIL]
-
-    def text(self) -> str:
-        return bytes(self.buf[-OUTPUT_TAIL:]).decode("utf-8", "replace")
-
-
-def _kill_group(proc: asyncio.subprocess.Process, sig: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, sig)
-
-
-def _write_files(root: Path, files: Files) -> None:
-    for name, data in files.items():
-        rel = PurePosixPath(name)
-        if rel.is_absolute() or ".." in rel.parts or not rel.parts:
-            raise EnvError(f"task file path must be relative, without '..': {name!r}")
-        path = root.joinpath(*rel.parts)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        if isinstance(data, str):
-            path.write_text(data, "utf-8")
-        else:
-            path.write_bytes(data)
 
 
 @dataclass(frozen=True)
@@ -194,11 +157,12 @@ class CommandHarness(Harness):
         if self.files is not None:
             files.update(await asyncio.to_thread(self.files, rollout.task))
         factory = self._factory()
+        rt: RuntimeLike
         if factory is None:
-            workdir = Path(await asyncio.to_thread(tempfile.mkdtemp, prefix="tracewire-cmd-"))
-            rollout.workdir = workdir
+            rt = await self._boot_host(rollout)
             s = rollout.session
-            place: Any = _HostPlace(str(workdir), _Urls(s.base_url, s.anthropic_base_url))
+            # The session's own URLs: the program reaches the proxy as the harness does.
+            place: Any = _HostPlace(rt.workdir, _Urls(s.base_url, s.anthropic_base_url))
         else:
             rt = factory(rollout.session, _phase_hook(rollout.trace))
             rollout.runtime = rt
@@ -216,19 +180,34 @@ class CommandHarness(Harness):
             argv, env, extra = preset.render(place, rollout.model)
             rollout.state["preset"] = (preset.name, argv, env)
             files.update(extra)
-        if factory is None:
-            await asyncio.to_thread(_write_files, rollout.workdir, files)
-        else:
-            await rt.put_files(files)
+        await rt.put_files(files)
+
+    async def _boot_host(self, rollout: Rollout) -> LocalRuntime:
+        """The harness's own LocalRuntime for a program without a runtime (kept in
+        ``rollout.state``, not ``rollout.runtime``: nothing else runs commands there)."""
+        # Imported here: chat and tools rollouts never pay for importing the runtimes.
+        from ..runtime import LocalRuntime
+
+        host = LocalRuntime(
+            workdir_prefix="tracewire-cmd-",
+            # A failed start is reported as starting it failed (no lookup of its own), and
+            # task files are as large as the environment makes them: as a host subprocess
+            # has always had it.
+            check_program=False, max_file_bytes=sys.maxsize)
+        rollout.state[_HOST] = host
+        await host.boot()
+        rollout.workdir = host.host_workdir()
+        return host
 
     async def cleanup(self, rollout: Rollout) -> None:
-        """Close the runtime (or remove the scratch directory)."""
+        """Close the runtime (the harness's own one included: its workdir goes with it)."""
         rt = rollout.runtime
         if rt is not None:
             unregister(rollout.trace)
             await rt.close()
-        elif rollout.workdir is not None:
-            await asyncio.to_thread(shutil.rmtree, rollout.workdir, True)
+        host: LocalRuntime | None = rollout.state.pop(_HOST, None)
+        if host is not None:
+            await host.close()
 
     # -- the command -------------------------------------------------------------------
     def _workdir_seen(self, rollout: Rollout) -> str:
@@ -262,46 +241,17 @@ class CommandHarness(Harness):
             environ.update(preset[2])
         return environ
 
-    def _environ(self, rollout: Rollout) -> dict[str, str]:
+    def _session_env(self, rollout: Rollout) -> dict[str, str]:
+        """The session's variables for a host subprocess (a runtime adds its own: the
+        session as the program reaches it from there)."""
         s = rollout.session
-        # The trainer's session-API token never reaches the agent.
-        environ = {k: v for k, v in os.environ.items() if k != "TRACEWIRE_SESSION_TOKEN"}
-        environ.update(
-            OPENAI_BASE_URL=s.base_url,
-            OPENAI_API_KEY=s.secret,
-            ANTHROPIC_BASE_URL=s.anthropic_base_url,
-            ANTHROPIC_API_KEY=s.secret,
-            TRACEWIRE_SESSION=s.id,
-        )
-        environ.update(self._own_env(rollout))
-        return environ
-
-    async def spawn(
-        self, rollout: Rollout, argv: list[str], environ: dict[str, str]
-    ) -> asyncio.subprocess.Process:
-        """Start the agent as a host subprocess (without a runtime; override to run it
-        elsewhere); stdout and stderr are pipes, stdin a pipe unless ``input="file"``."""
-        try:
-            return await asyncio.create_subprocess_exec(
-                *argv,
-                stdin=PIPE if self.input != "file" else DEVNULL,
-                stdout=PIPE,
-                stderr=PIPE,
-                env=environ,
-                cwd=self.cwd if self.cwd is not None else rollout.workdir,
-                start_new_session=True,
-            )
-        except OSError as exc:
-            raise EnvError(f"cannot start {argv[0]!r}: {exc}") from exc
-
-    async def terminate(self, proc: asyncio.subprocess.Process) -> None:
-        """Stop a program that is still running when the rollout ends early (deadline or
-        cancellation): SIGTERM to its process group, SIGKILL after a grace period."""
-        _kill_group(proc, signal.SIGTERM)
-        try:
-            await asyncio.wait_for(asyncio.shield(proc.wait()), _KILL_GRACE_S)
-        except (TimeoutError, asyncio.CancelledError):
-            _kill_group(proc, signal.SIGKILL)
+        return {
+            "OPENAI_BASE_URL": s.base_url,
+            "OPENAI_API_KEY": s.secret,
+            "ANTHROPIC_BASE_URL": s.anthropic_base_url,
+            "ANTHROPIC_API_KEY": s.secret,
+            "TRACEWIRE_SESSION": s.id,
+        }
 
     async def run(self, rollout: Rollout) -> None:
         """Start the program, feed the task, wait for it; stop it if cancelled."""
@@ -316,7 +266,7 @@ class CommandHarness(Harness):
         if rollout.runtime is not None:
             await self._run_in(rollout.runtime, rollout, argv, info)
         else:
-            await self._run_host(rollout, argv, info)
+            await self._run_host(rollout.state[_HOST], rollout, argv, info)
         rollout.state["stdout"] = info["stdout"]
         code = info["exit_code"]
         if code != 0:
@@ -353,33 +303,40 @@ class CommandHarness(Harness):
             err = res.error()
             raise err if err is not None else CommandFailed(f"stopped by the {res.limit} limit")
 
-    async def _run_host(self, rollout: Rollout, argv: list[str], info: dict[str, Any]) -> None:
-        proc = await self.spawn(rollout, argv, self._environ(rollout))
-        info["pid"] = proc.pid
-        rollout.trace.notify()
-        out, err = _Tail(), _Tail()
-        readers = asyncio.gather(out.drain(proc.stdout), err.drain(proc.stderr))
+    async def _run_host(self, host: LocalRuntime, rollout: Rollout, argv: list[str],
+                        info: dict[str, Any]) -> None:
+        # ``info`` is filled as a host subprocess's always was: its pid once it started
+        # (the live view shows it), its own exit status, ``killed`` when the rollout
+        # stopped it, then the tails of its output.
+        def seen(event: str, value: int) -> None:
+            if event == "spawn":
+                info["pid"] = value
+                rollout.trace.notify()
+            else:
+                info["exit_code"] = value
+
+        from ..runtime import SandboxError  # imported with LocalRuntime at boot
+
+        host.on_process = seen
+        # This process's working directory, not the workdir, anchors a relative cwd (joined,
+        # not normalised: the kernel resolves ``..`` after links, as it did for the child).
+        cwd = None if self.cwd is None else os.path.join(os.getcwd(), os.fspath(self.cwd))
         try:
-            text = self._stdin(rollout)
-            if proc.stdin is not None:
-                with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-                    proc.stdin.write((text or "").encode())
-                    await proc.stdin.drain()
-                proc.stdin.close()
-            info["exit_code"] = await proc.wait()
-            await readers
-        except BaseException:
-            await self.terminate(proc)
+            await host.exec(argv, env={**self._session_env(rollout), **self._own_env(rollout)},
+                            cwd=cwd, stdin=self._stdin(rollout))
+        except BaseException as exc:
+            if "pid" not in info:
+                # It never started: recorded as the harness's EnvError, not the runtime's
+                # SandboxError, whatever runs it.
+                if isinstance(exc, SandboxError):
+                    raise EnvError(str(exc)) from exc
+                raise
             info["killed"] = True
-            # The group is gone, so the pipes reach EOF; read what is left, briefly.
-            with contextlib.suppress(BaseException):
-                await asyncio.wait_for(asyncio.shield(readers), 1.0)
-            readers.cancel()
             raise
         finally:
-            if proc.returncode is None:
-                _kill_group(proc, signal.SIGKILL)
-            info["stdout"], info["stderr"] = out.text(), err.text()
+            last = host.last_result
+            if "pid" in info and last is not None:
+                info["stdout"], info["stderr"] = _text(last.stdout), _text(last.stderr)
 
 
 def _text(data: bytes) -> str:

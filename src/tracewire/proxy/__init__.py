@@ -6,7 +6,7 @@ ids and logprobs, relays the answer (streamed as it arrives), and commits each t
 the session's :class:`~tracewire.trace.Trace` as described in docs/CONTRACTS.md.
 """
 
-from ._cli import COMMAND, proxy_command
+from ._cli import COMMAND, UpstreamOptions, proxy_command
 from ._collector import SampleCollector
 from ._config import ProxyConfig, RequestHook, ResponseHook
 from ._server import Proxy
@@ -33,6 +33,7 @@ __all__ = [
     "StreamChunk",
     "TurnContext",
     "Upstream",
+    "UpstreamOptions",
     "UpstreamReply",
     "UpstreamRequest",
     "add_session_routes",

@@ -8,8 +8,9 @@ from typing import Any
 
 import orjson
 
+from ..trace import Endpoint
 from ._dialect import Adapter, up_from_dict
-from ._http import BadRequest, sse
+from ._http import BadRequest, Dialect, sse
 from ._rawjson import RawSpan
 from ._render import Streamer
 from ._request import HarnessRequest
@@ -249,7 +250,7 @@ def _usage(out: Outcome) -> dict[str, int]:
 
 
 class _AnthropicStreamer(Streamer):
-    dialect = "anthropic"
+    dialect = Dialect.ANTHROPIC
     keepalive = sse({"type": "ping"}, "ping")
 
     def __init__(self, up: HarnessRequest) -> None:
@@ -318,8 +319,8 @@ class _AnthropicStreamer(Streamer):
 class AnthropicAdapter(Adapter):
     """Anthropic Messages, translated to chat completions upstream and back."""
 
-    endpoint = "messages"
-    dialect = "anthropic"
+    endpoint = Endpoint.MESSAGES
+    dialect = Dialect.ANTHROPIC
 
     def parse(self, body: bytes, tool_args: Mapping[str, str] | None = None) -> HarnessRequest:
         return parse(body, tool_args)

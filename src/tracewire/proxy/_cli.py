@@ -7,6 +7,7 @@ import asyncio
 import functools
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from .._command import Command
 from .._errors import ProxyError
@@ -15,12 +16,19 @@ from ._config import ProxyConfig
 from ._server import Proxy
 from ._upstream_api import Upstream
 
-#: ``make(url, config, model=...)``: the upstream for ``url`` (the URL itself: pass-through).
-UpstreamFactory = Callable[..., "str | Upstream"]
-
-__all__ = ["COMMAND", "HELP", "configure", "proxy_command", "run"]
+__all__ = ["COMMAND", "HELP", "UpstreamOptions", "configure", "proxy_command", "run"]
 
 HELP = "Run the interception proxy in front of an OpenAI-compatible upstream."
+
+
+@dataclass(frozen=True)
+class UpstreamOptions:
+    """How the composition root extends the command: options of its own (``--tokenizer``
+    and the like), and the upstream built from ``--upstream``, the config and those
+    options (the URL itself for the chat pass-through)."""
+
+    configure: Callable[[argparse.ArgumentParser], None]
+    make: Callable[[str, ProxyConfig, argparse.Namespace], str | Upstream]
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -32,17 +40,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--upstream-timeout", type=float, default=600.0)
     parser.add_argument("--no-token-fields", action="store_true",
                         help="do not ask the upstream for token ids (hosted APIs)")
-    parser.add_argument("--tokenizer", default=None, metavar="DIR|FILE.gguf",
-                        help="local tokenizer directory or GGUF model file: render prompts "
-                             "here and send token ids (token-in/token-out; needs "
-                             "tracewire[tito]). Default: pass-through chat")
-    parser.add_argument("--upstream-api",
-                        choices=("completions", "generate", "sglang", "llamacpp"),
-                        default="completions",
-                        help="token-in endpoint with --tokenizer: vLLM /v1/completions, vLLM "
-                             "/inference/v1/generate, SGLang /generate or llama-server "
-                             "/completion")
-    parser.add_argument("--model", default="", help="model name sent upstream (token-in)")
     tok = parser.add_mutually_exclusive_group()
     tok.add_argument("--session-token", default=None,
                      help="trainer token of the /sessions API (visible to every local user "
@@ -53,20 +50,15 @@ def configure(parser: argparse.ArgumentParser) -> None:
                           "readable by group or others)")
 
 
-async def _serve(args: argparse.Namespace, make_upstream: UpstreamFactory | None) -> None:
+async def _serve(args: argparse.Namespace, upstream_options: UpstreamOptions | None) -> None:
     token = args.session_token
     if getattr(args, "session_token_file", None):
         token = read_token_file(args.session_token_file)
     cfg = ProxyConfig(max_body_bytes=int(args.max_body_mb * 1024 * 1024),
-                      upstream_timeout=args.upstream_timeout,
-                      session_token=token, tokenizer=args.tokenizer,
-                      upstream_api=args.upstream_api)
+                      upstream_timeout=args.upstream_timeout, session_token=token)
     if args.no_token_fields:
         cfg.token_fields = {}
-    if cfg.tokenizer and make_upstream is None:
-        raise SystemExit("--tokenizer needs an upstream factory (the `tracewire proxy` "
-                         "command passes one)")
-    upstream = (make_upstream(args.upstream, cfg, model=args.model) if make_upstream
+    upstream = (upstream_options.make(args.upstream, cfg, args) if upstream_options
                 else args.upstream)
     async with Proxy(upstream, host=args.host, port=args.port, config=cfg) as proxy:
         print(proxy.url, flush=True)
@@ -75,13 +67,12 @@ async def _serve(args: argparse.Namespace, make_upstream: UpstreamFactory | None
         await asyncio.Event().wait()
 
 
-def run(args: argparse.Namespace, make_upstream: UpstreamFactory | None = None) -> int:
+def run(args: argparse.Namespace, upstream_options: UpstreamOptions | None = None) -> int:
     """Serve until interrupted; prints the proxy's URL first, then the session token
-    (``TRACEWIRE_SESSION_TOKEN=...``) when it was generated. ``make_upstream`` builds the
-    upstream from the URL and config (the composition root passes one that honours
-    ``--tokenizer``)."""
+    (``TRACEWIRE_SESSION_TOKEN=...``) when it was generated. ``upstream_options`` builds the
+    upstream (the composition root passes the one that adds ``--tokenizer``)."""
     try:
-        asyncio.run(_serve(args, make_upstream))
+        asyncio.run(_serve(args, upstream_options))
     except KeyboardInterrupt:
         pass
     except ProxyError as exc:
@@ -90,10 +81,16 @@ def run(args: argparse.Namespace, make_upstream: UpstreamFactory | None = None) 
     return 0
 
 
-def proxy_command(make_upstream: UpstreamFactory | None = None) -> Command:
-    """The ``proxy`` command building its upstream with ``make_upstream`` (the composition
-    root passes the one that honours ``--tokenizer``)."""
-    return Command("proxy", HELP, configure, functools.partial(run, make_upstream=make_upstream))
+def proxy_command(upstream_options: UpstreamOptions | None = None) -> Command:
+    """The ``proxy`` command, its options and upstream extended by ``upstream_options`` (the
+    composition root passes the ones that add token-in/token-out)."""
+    def configure_all(parser: argparse.ArgumentParser) -> None:
+        configure(parser)
+        if upstream_options is not None:
+            upstream_options.configure(parser)
+
+    return Command("proxy", HELP, configure_all,
+                   functools.partial(run, upstream_options=upstream_options))
 
 
 #: ``tracewire proxy`` as a pass-through to ``--upstream`` (no ``--tokenizer``).

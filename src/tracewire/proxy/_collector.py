@@ -112,7 +112,7 @@ class SampleCollector:
         version = (
             len(trace.nodes),
             len(trace.calls),
-            len(trace.tokens),
+            len(trace.columns),
             id(self.picker),
             id(self.postprocess),
         )

@@ -46,7 +46,8 @@ class ProxyConfig:
     token_fields: dict[str, Any] = field(default_factory=_token_fields)
     #: Bearer token sent to the upstream (hosted APIs); the harness's secret never is.
     upstream_api_key: str | None = None
-    #: Request bodies above this size are parsed and hashed in a worker thread.
+    #: Request bodies above this size are parsed and hashed in a worker thread; an
+    #: upstream given as a URL gets it for its replies (an Upstream object keeps its own).
     thread_threshold_bytes: int = 256 * 1024
     #: Most upstream connections at once (across all sessions).
     upstream_connections: int = 1024
@@ -58,12 +59,5 @@ class ProxyConfig:
     #: The trainer token every ``/sessions`` route requires (``Authorization: Bearer``).
     #: None: ``TRACEWIRE_SESSION_TOKEN`` when set, else one generated at start-up.
     session_token: str | None = None
-    #: A local tokenizer directory (``tokenizer.json`` + ``tokenizer_config.json``): when
-    #: set, the composition root serves the proxy token-in/token-out (``tracewire.tito``)
-    #: instead of the chat pass-through. None: pass-through.
-    tokenizer: str | None = None
-    #: The token-in endpoint used with ``tokenizer``: ``completions`` (vLLM
-    #: ``/v1/completions``), ``generate`` (vLLM ``/inference/v1/generate``) or ``sglang``.
-    upstream_api: str = "completions"
     request_hooks: list[RequestHook] = field(default_factory=list)
     response_hooks: list[ResponseHook] = field(default_factory=list)

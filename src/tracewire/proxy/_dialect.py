@@ -13,7 +13,8 @@ from typing import Any
 
 import msgspec
 
-from ._http import BadRequest
+from ..trace import Endpoint
+from ._http import BadRequest, Dialect
 from ._rawjson import SENTINEL_JSON, RawSpan, find_value, skip_ws
 from ._render import ChatReplies, Streamer
 from ._request import HarnessRequest
@@ -151,8 +152,8 @@ def up_from_dict(body: dict[str, Any], original: dict[str, Any], raw: bytes) -> 
 class Adapter:
     """One endpoint: parse, render a full reply, make a streamer."""
 
-    endpoint = "chat"
-    dialect = "openai"
+    endpoint = Endpoint.CHAT
+    dialect = Dialect.OPENAI
 
     def __init__(self, token_fields: dict[str, Any]) -> None:
         #: Extra upstream request fields that ask for token ids and logprobs.
@@ -185,8 +186,8 @@ class Adapter:
 class ChatAdapter(ChatReplies, Adapter):
     """OpenAI chat completions: passed through, token fields stripped when not asked for."""
 
-    endpoint = "chat"
-    dialect = "openai"
+    endpoint = Endpoint.CHAT
+    dialect = Dialect.OPENAI
 
     def parse(self, body: bytes, tool_args: Mapping[str, str] | None = None) -> HarnessRequest:
         return parse_chat_bytes(body)  # passed through: the harness's own text is sent

@@ -105,7 +105,7 @@ class TurnGraph:
         if plen == 0:
             return 0, True, np.empty(0, dtype=np.int32)
         if s >= 0:
-            return plen, True, self.trace.tokens.ids[s:e]
+            return plen, True, self.trace.columns.ids[s:e]
         return plen, True, self.trace.branch(node).ids
 
     def materialize(self, prompt: PromptIds) -> NDArray[np.int32]:
@@ -132,7 +132,7 @@ class TurnGraph:
             x = nd.parent
         if x != base:
             return None
-        ids = self.trace.tokens.ids
+        ids = self.trace.columns.ids
         if not parts:
             return ids[:0]
         if len(parts) == 1:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hmac
 from collections.abc import Sequence
+from enum import StrEnum
 from typing import Any
 
 import orjson
@@ -12,8 +13,8 @@ from aiohttp import web
 
 from .._errors import LimitError, TracewireError
 
-__all__ = ["BadRequest", "bearer", "content_type", "error_response", "read_body",
-           "secret_matches", "send_buffers", "sse", "sse_error"]
+__all__ = ["BadRequest", "Dialect", "bearer", "content_type", "error_body", "error_response",
+           "read_body", "secret_matches", "send_buffers", "sse", "sse_error"]
 
 _SLICE = 1 << 20  # bytes per write of a big answer
 
@@ -27,6 +28,13 @@ _OPENAI_TYPES = {
     405: "invalid_request_error", 413: "invalid_request_error", 415: "invalid_request_error",
     429: "rate_limit_error",
 }
+
+
+class Dialect(StrEnum):
+    """The API family a harness speaks, which decides the shape of error bodies and events."""
+
+    OPENAI = "openai"
+    ANTHROPIC = "anthropic"
 
 
 class BadRequest(TracewireError, ValueError):
@@ -45,7 +53,7 @@ class BadRequest(TracewireError, ValueError):
         #: with ``message``).
         self.error = error
 
-    def response(self, dialect: str) -> web.Response:
+    def response(self, dialect: Dialect) -> web.Response:
         """The error response in ``dialect``'s shape."""
         return error_response(dialect, self.status, self.message, self.code, close=self.close)
 
@@ -113,16 +121,17 @@ async def send_buffers(request: web.Request, parts: Sequence[bytes | memoryview]
     return resp
 
 
-def error_body(dialect: str, status: int, message: str, code: str | None = None) -> dict[str, Any]:
-    """The error object a client of ``dialect`` ("openai"/"anthropic") expects."""
-    if dialect == "anthropic":
+def error_body(dialect: Dialect, status: int, message: str,
+               code: str | None = None) -> dict[str, Any]:
+    """The error object a client of ``dialect`` expects."""
+    if dialect is Dialect.ANTHROPIC:
         return {"type": "error",
                 "error": {"type": _ANTHROPIC_TYPES.get(status, "api_error"), "message": message}}
     return {"error": {"message": message, "type": _OPENAI_TYPES.get(status, "api_error"),
                       "param": None, "code": code}}
 
 
-def error_response(dialect: str, status: int, message: str, code: str | None = None, *,
+def error_response(dialect: Dialect, status: int, message: str, code: str | None = None, *,
                    close: bool = False) -> web.Response:
     """A JSON error response in the dialect's shape (``close``: with ``Connection: close``)."""
     body = orjson.dumps(error_body(dialect, status, message, code))
@@ -139,8 +148,8 @@ def sse(data: Any, event: str | None = None) -> bytes:
     return head + b"data: " + payload + b"\n\n"
 
 
-def sse_error(dialect: str, message: str) -> bytes:
+def sse_error(dialect: Dialect, message: str) -> bytes:
     """An in-stream error event in the dialect's form."""
-    if dialect == "anthropic":
-        return sse(error_body("anthropic", 502, message), "error")
-    return sse(error_body("openai", 502, message))
+    if dialect is Dialect.ANTHROPIC:
+        return sse(error_body(Dialect.ANTHROPIC, 502, message), "error")
+    return sse(error_body(Dialect.OPENAI, 502, message))

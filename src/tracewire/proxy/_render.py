@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._http import sse
+from ._http import Dialect, sse
 from ._rawjson import RawSpan, render
 from ._request import HarnessRequest
 from ._turn_types import Outcome
@@ -35,7 +35,7 @@ def strip_added(d: dict[str, Any], *, ids: bool, logprobs: bool) -> None:
 class Streamer:
     """Turns upstream chat chunks into the harness's stream format."""
 
-    dialect = "openai"
+    dialect = Dialect.OPENAI
     keepalive = b": keepalive\n\n"
 
     def start(self) -> bytes:

@@ -9,8 +9,9 @@ from typing import Any
 
 import orjson
 
+from ..trace import Endpoint
 from ._dialect import Adapter, up_from_dict
-from ._http import BadRequest, sse
+from ._http import BadRequest, Dialect, sse
 from ._rawjson import RawSpan
 from ._render import Streamer
 from ._request import HarnessRequest
@@ -325,8 +326,8 @@ class _ResponsesStreamer(Streamer):
 class ResponsesAdapter(Adapter):
     """OpenAI Responses, translated to chat completions upstream and back."""
 
-    endpoint = "responses"
-    dialect = "openai"
+    endpoint = Endpoint.RESPONSES
+    dialect = Dialect.OPENAI
 
     def parse(self, body: bytes, tool_args: Mapping[str, str] | None = None) -> HarnessRequest:
         return parse(body, tool_args)

@@ -16,11 +16,19 @@ from aiohttp import web
 from .._errors import ProxyError, SessionError, UpstreamError
 from .._memory import tune_allocator
 from ..sessions import SessionSpec, token_from_env
-from ..trace import Trace
+from ..trace import Endpoint, Trace
 from ._anthropic import AnthropicAdapter
 from ._config import ProxyConfig
 from ._dialect import Adapter, ChatAdapter
-from ._http import BadRequest, bearer, content_type, error_response, read_body, secret_matches
+from ._http import (
+    BadRequest,
+    Dialect,
+    bearer,
+    content_type,
+    error_response,
+    read_body,
+    secret_matches,
+)
 from ._responses import ResponsesAdapter
 from ._session import Session, SessionRegistry
 from ._session_api import SESSION_API_KEY, add_session_routes
@@ -71,15 +79,15 @@ class Proxy:
         self._sweeper: asyncio.Task[None] | None = None
         self._url = ""
         tf = self.config.token_fields
-        self._adapters: dict[str, Adapter] = {
-            "chat": ChatAdapter(tf), "responses": ResponsesAdapter(tf),
-            "messages": AnthropicAdapter(tf),
+        self._adapters: dict[Endpoint, Adapter] = {
+            Endpoint.CHAT: ChatAdapter(tf), Endpoint.RESPONSES: ResponsesAdapter(tf),
+            Endpoint.MESSAGES: AnthropicAdapter(tf),
         }
         for prefix in ("/v1", "/sessions/{sid}/v1"):
             r = self.app.router
-            r.add_post(prefix + "/chat/completions", self._handler("chat"))
-            r.add_post(prefix + "/responses", self._handler("responses"))
-            r.add_post(prefix + "/messages", self._handler("messages"))
+            r.add_post(prefix + "/chat/completions", self._handler(Endpoint.CHAT))
+            r.add_post(prefix + "/responses", self._handler(Endpoint.RESPONSES))
+            r.add_post(prefix + "/messages", self._handler(Endpoint.MESSAGES))
             r.add_post(prefix + "/messages/count_tokens", self._count_tokens)
             r.add_get(prefix + "/models", self._models)
 
@@ -209,7 +217,7 @@ class Proxy:
         return await read_body(request, self.config.max_body_bytes)
 
     # -- routes ----------------------------------------------------------------------------
-    def _handler(self, endpoint: str) -> Callable[[web.Request], Any]:
+    def _handler(self, endpoint: Endpoint) -> Callable[[web.Request], Any]:
         adapter = self._adapters[endpoint]
 
         async def handle(request: web.Request) -> web.StreamResponse:
@@ -226,30 +234,31 @@ class Proxy:
         return handle
 
     async def _unknown(self, request: web.Request) -> web.Response:
-        dialect = "anthropic" if "anthropic-version" in request.headers else "openai"
+        dialect = Dialect.ANTHROPIC if "anthropic-version" in request.headers else Dialect.OPENAI
         return error_response(dialect, 404, f"no route {request.method} {request.path}")
 
     async def _models(self, request: web.Request) -> web.Response:
         try:
             self._auth(request)
         except BadRequest as e:
-            return e.response("openai")
+            return e.response(Dialect.OPENAI)
         try:
             data = await self.upstream.models()
         except UpstreamError as exc:
-            return error_response("openai", 502, str(exc))
+            return error_response(Dialect.OPENAI, 502, str(exc))
         return web.Response(body=data, content_type="application/json")
 
     async def _count_tokens(self, request: web.Request) -> web.Response:
         try:
             self._auth(request)
             body = await self._body(request)
-            up = await self._pipeline.offload(len(body), self._adapters["messages"].parse, body)
+            parse = self._adapters[Endpoint.MESSAGES].parse
+            up = await self._pipeline.offload(len(body), parse, body)
         except BadRequest as e:
-            return e.response("anthropic")
+            return e.response(Dialect.ANTHROPIC)
         try:
             n = await self.upstream.count_tokens(up.as_dict())
         except UpstreamError as exc:
-            return error_response("anthropic", 502, str(exc))
+            return error_response(Dialect.ANTHROPIC, 502, str(exc))
         return web.Response(body=orjson.dumps({"input_tokens": n}),
                             content_type="application/json")

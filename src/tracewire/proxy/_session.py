@@ -10,7 +10,7 @@ from typing import Any
 
 from .._errors import LimitError, SessionError
 from ..sessions import GoneReason, SessionStatus
-from ..trace import Trace, new_id
+from ..trace import StopReason, Trace, new_id
 from ._graph import TurnGraph
 
 __all__ = ["Session", "SessionRegistry"]
@@ -80,12 +80,12 @@ class Session:
         """Mark the session used now."""
         self.last_used = time.time()
 
-    def limit_reached(self) -> str | None:
-        """``"max_turns"``/``"max_tokens"`` when the session is at that bound, else None."""
+    def limit_reached(self) -> StopReason | None:
+        """``MAX_TURNS``/``MAX_TOKENS`` when the session is at that bound, else None."""
         if self.max_turns is not None and self.turns >= self.max_turns:
-            return "max_turns"
+            return StopReason.MAX_TURNS
         if self.max_tokens is not None and self.last_total_tokens >= self.max_tokens:
-            return "max_tokens"
+            return StopReason.MAX_TOKENS
         return None
 
     def remember(self, key: str, answer: Any) -> None:

@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator
 
 from aiohttp import web
 
-from ._http import sse_error
+from ._http import Dialect, sse_error
 from ._rawjson import RawSpan
 from ._render import Streamer
 from ._reply import StreamAccumulator
@@ -92,7 +92,7 @@ class StreamRelay:
         except StopAsyncIteration:
             return None
 
-    async def error(self, dialect: str, message: str) -> web.StreamResponse | None:
+    async def error(self, dialect: Dialect, message: str) -> web.StreamResponse | None:
         """End an opened stream with an error event (None when nothing was sent yet: the
         caller answers with a plain error response)."""
         if self.resp is None:

@@ -126,7 +126,8 @@ class Upstream(ABC):
     4xx it gave, else 502) and a message fit for the harness (the upstream's own message
     when it gave one)."""
 
-    #: Bodies above this size are parsed in a worker thread (see :meth:`offload`).
+    #: Reply bodies above this size are parsed in a worker thread (see :meth:`offload`);
+    #: the proxy's own requests follow ``ProxyConfig.thread_threshold_bytes``.
     thread_threshold_bytes: int = 256 * 1024
     #: Whether requests carry a :class:`TurnContext` (costs a copy of the matched ids).
     wants_context: bool = False

@@ -17,6 +17,7 @@ from ._bwrap import BwrapRuntime, bwrap_usable
 from ._docker import DockerRuntime, docker_usable
 from ._local import LocalRuntime
 from ._presets import AgentPreset, claude_code, codex, mini_swe_agent
+from ._proc import ProcessHook
 from ._relay import SessionRelay
 
 __all__ = [
@@ -28,6 +29,7 @@ __all__ = [
     "Limits",
     "LocalRuntime",
     "PhaseHook",
+    "ProcessHook",
     "ProxyEndpoint",
     "ResourceLimitExceeded",
     "Runtime",

@@ -17,23 +17,34 @@ from typing import Any
 
 from ._api import ExecResult, Limits, Runtime, SandboxError
 from ._limits import prlimit_argv
-from ._proc import run_process
+from ._proc import ProcessHook, run_process
 
 __all__ = ["LocalRuntime"]
 
 
 class LocalRuntime(Runtime):
     """A subprocess on the host, cwd a fresh temp dir, the host's environment plus the
-    session's variables, rlimits (CPU, file size, address space) through ``prlimit`` when
-    it is installed and limits are given. Not a sandbox."""
+    session's variables, rlimits (CPU, file size, open files) through ``prlimit`` when it
+    is installed and limits are asked for. Not a sandbox.
+
+    ``workdir_prefix`` names the temp dir; ``check_program``: look ``argv[0]`` up before
+    starting it (False: the error of starting it is the error); ``on_process`` hears each
+    command's start (its pid) and exit (see :data:`ProcessHook`). A ``CommandHarness``
+    without a runtime runs its program in one of these.
+    """
 
     name = "local"
 
     def __init__(self, *, inherit_env: bool = True, limits: Limits | None = None,
-                 **kwargs: Any) -> None:
+                 workdir_prefix: str = "tracewire-local-", check_program: bool = True,
+                 on_process: ProcessHook | None = None, **kwargs: Any) -> None:
         # No limits unless asked for: a trusted host program runs as it would on its own.
         super().__init__(limits=limits or Limits(None, None, None, None, None), **kwargs)
         self.inherit_env = inherit_env
+        self.workdir_prefix = workdir_prefix
+        self.check_program = check_program
+        #: Told ``("spawn", pid)`` and ``("exit", status)`` of each command, as they happen.
+        self.on_process = on_process
         self._dir: Path | None = None
 
     def host_workdir(self) -> Path:
@@ -43,7 +54,7 @@ class LocalRuntime(Runtime):
         return self._dir
 
     async def _boot(self) -> None:
-        self._dir = Path(await asyncio.to_thread(tempfile.mkdtemp, prefix="tracewire-local-"))
+        self._dir = Path(await asyncio.to_thread(tempfile.mkdtemp, prefix=self.workdir_prefix))
         self.workdir = str(self._dir)
 
     async def _exec(self, argv: list[str], env: dict[str, str], cwd: str | None,
@@ -54,7 +65,7 @@ class LocalRuntime(Runtime):
         full = {**base, **self._agent_env(env)}
         where = self.host_workdir() / cwd if cwd else self.host_workdir()
         prog = argv[0] if "/" not in argv[0] else str(where / argv[0])
-        if shutil.which(prog, path=full.get("PATH", os.defpath)) is None:
+        if self.check_program and shutil.which(prog, path=full.get("PATH", os.defpath)) is None:
             # Checked here because prlimit, not us, would otherwise be the one failing.
             raise SandboxError(f"cannot start {argv[0]!r}: not found or not executable")
         result = ExecResult(argv=argv)
@@ -62,7 +73,7 @@ class LocalRuntime(Runtime):
         # Only rlimits that hold for root too; processes/memory would need a cgroup.
         limits = prlimit_argv(self.limits, nproc=False, address_space=False)
         return await run_process(limits + argv, result, env=full, cwd=where,
-                                 timeout=timeout, stdin=stdin)
+                                 timeout=timeout, stdin=stdin, on_process=self.on_process)
 
     async def _close(self) -> None:
         if self._dir is not None:

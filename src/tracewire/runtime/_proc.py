@@ -12,9 +12,14 @@ from collections.abc import Callable, Mapping, Sequence
 
 from ._api import OUTPUT_TAIL, ExecResult, SandboxError
 
-__all__ = ["run_process"]
+__all__ = ["ProcessHook", "run_process"]
 
 _KILL_GRACE_S = 2.0
+#: ``hook("spawn", pid)`` once the program has started, ``hook("exit", status)`` when it
+#: has exited by itself (not when it is killed on a timeout or cancellation). asyncio
+#: reports an exit once the program's output pipes have closed too: a child that keeps
+#: them open delays it (and a deadline meanwhile means no ``exit``).
+ProcessHook = Callable[[str, int], None]
 
 
 async def _drain(stream: asyncio.StreamReader | None, result: ExecResult, name: str) -> None:
@@ -57,12 +62,14 @@ async def run_process(
     after_exit: Callable[[], None] | None = None,
     watch: Callable[[], str | None] | None = None,
     watch_s: float = 0.1,
+    on_process: ProcessHook | None = None,
 ) -> ExecResult:
     """Run ``argv`` in a new session; fill ``result`` in place and return it. On timeout
     the group is killed and ``timed_out`` set; on cancellation it is killed and the
     ``CancelledError`` propagates (``result`` keeps what was captured). ``watch()`` is
     called every ``watch_s`` while it runs: a limit's name back kills the group and sets
-    ``result.limit`` (a bound the kernel does not enforce by killing, e.g. a full disk)."""
+    ``result.limit`` (a bound the kernel does not enforce by killing, e.g. a full disk).
+    ``on_process`` hears the program start and exit (see :data:`ProcessHook`)."""
     t0 = time.monotonic()
     try:
         proc = await asyncio.create_subprocess_exec(
@@ -78,12 +85,17 @@ async def run_process(
                              _drain(proc.stderr, result, "stderr"))
 
     async def feed_and_wait() -> int:
+        if on_process is not None:
+            # Inside the guarded wait: a hook that raises still gets the group killed.
+            on_process("spawn", proc.pid)
         if proc.stdin is not None and stdin is not None:
             with contextlib.suppress(BrokenPipeError, ConnectionResetError):
                 proc.stdin.write(stdin)
                 await proc.stdin.drain()
             proc.stdin.close()
         code = await proc.wait()
+        if on_process is not None:
+            on_process("exit", code)
         await readers
         return code
 

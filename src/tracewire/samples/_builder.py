@@ -104,7 +104,7 @@ class SampleBuilder:
         # which runs in a worker thread.
         if (
             len(self.trace.nodes) - len(self._cum) > _LOOP_BACKLOG
-            or len(self.trace.tokens) - self._lp_n > _LOOP_BACKLOG_TOKENS
+            or len(self.trace.columns) - self._lp_n > _LOOP_BACKLOG_TOKENS
         ):
             return
         if self._lock.acquire(blocking=False):
@@ -133,7 +133,7 @@ class SampleBuilder:
         # The trainer's logprob column, kept as tokens arrive: the sampled logprob where the
         # mask is 1, 0 elsewhere (the trace keeps NaN there). Samples then slice it like the
         # ids and mask, so a collect copies nothing.
-        cols = self.trace.tokens
+        cols = self.trace.columns
         n, done = len(cols), self._lp_n
         if n <= done:
             return
@@ -185,7 +185,7 @@ class SampleBuilder:
     def _add_calls(self) -> None:
         calls = self.trace.calls
         nodes = self.trace.nodes
-        lp_col = self.trace.tokens.logprobs
+        lp_col = self.trace.columns.logprobs
         for ci in range(self._ncalls, len(calls)):
             call = calls[ci]
             k = call.node
@@ -234,7 +234,7 @@ class SampleBuilder:
             return {
                 "turns": len(self._turns),
                 "failed_calls": sum(self._failed.values()),
-                "tokens": len(self.trace.tokens),
+                "tokens": len(self.trace.columns),
                 "nodes": len(self._cum),
                 "branches": branches,
                 "leaves": len(self._leaves),
@@ -389,7 +389,7 @@ class SampleBuilder:
             take = min(e - s, left)
             cut.append((s, s + take))
             left -= take
-        cols = self.trace.tokens
+        cols = self.trace.columns
         ids_c, mask_c, lp_c = cols.column("ids"), cols.column("mask"), cols.column("logprobs")
         ids = _take(ids_c, cut)
         mask = _take(mask_c, cut)

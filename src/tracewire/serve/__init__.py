@@ -11,7 +11,7 @@ from ._broker import EnvServer
 from ._cli import COMMAND, serve_command
 from ._client import DEFAULT_TIMEOUT, EnvClient, OnDelta, RunResult
 from ._config import DEFAULT_ADDRESS, ServerConfig
-from ._open import WORKER_BACKENDS, make_pool, serve_env
+from ._open import WORKER_BACKENDS, WorkerBackend, make_pool, serve_env
 from ._pool import InlinePool, LocalProcessPool, WorkerHandle, WorkerPool
 from ._protocol import PROTOCOL_VERSION
 from ._ray import RayPool
@@ -40,6 +40,7 @@ __all__ = [
     "Runner",
     "RunnerFactory",
     "ServerConfig",
+    "WorkerBackend",
     "WorkerHandle",
     "WorkerPool",
     "factory_ref",

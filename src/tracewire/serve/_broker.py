@@ -42,7 +42,7 @@ from ._protocol import (
 )
 from ._runner import RunnerFactory, factory_ref, standin_factory
 from ._sockets import HANDSHAKE_FAILED, BrokerSockets, monitor_event
-from ._supervisor import Job, Workers, WorkerState
+from ._supervisor import Job, WorkerPhase, Workers, WorkerState
 
 __all__ = ["EnvServer"]
 
@@ -133,7 +133,7 @@ class EnvServer:
         """Wait until ``n`` (default: the minimum) workers are ready; ``ServeError`` if not."""
         want = self.config.workers if n is None else n
         deadline = time.monotonic() + timeout
-        while self.workers.count("ready") < want:
+        while self.workers.count(WorkerPhase.READY) < want:
             if time.monotonic() > deadline:
                 raise ServeError(f"{want} workers not ready after {timeout}s "
                                  f"(last worker error: {self.workers.last_error})")
@@ -364,12 +364,12 @@ class EnvServer:
     # -- introspection ---------------------------------------------------------------------
     def health(self) -> dict[str, Any]:
         """Honest health: unhealthy when no worker is alive or the server is stopping."""
-        live = self.workers.count("ready")
+        live = self.workers.count(WorkerPhase.READY)
         return {
             "healthy": live > 0 and not self.stopping,
             "workers_live": live,
             "workers_total": len(self.workers.all),
-            "workers_starting": self.workers.count("starting"),
+            "workers_starting": self.workers.count(WorkerPhase.STARTING),
             "inflight": self.inflight,
             "queued": len(self.queue),
             "max_inflight": self.config.max_inflight,

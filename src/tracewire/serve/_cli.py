@@ -17,7 +17,7 @@ from .._errors import EnvError, ServeError
 from .._memory import tune_allocator
 from ._broker import EnvServer
 from ._config import DEFAULT_ADDRESS, ServerConfig
-from ._open import WORKER_BACKENDS, make_pool
+from ._open import WORKER_BACKENDS, WorkerBackend, make_pool
 from ._runner import RunnerFactory
 
 __all__ = ["COMMAND", "HELP", "configure", "run", "serve_command"]
@@ -47,7 +47,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="on shutdown, seconds to let in-flight runs finish (default 30)")
     parser.add_argument("--idle", type=float, default=d.idle_s,
                         help="stop a surplus worker idle this long (default %(default)s s)")
-    parser.add_argument("--backend", choices=WORKER_BACKENDS, default="process",
+    parser.add_argument("--backend", choices=WORKER_BACKENDS, default=WorkerBackend.PROCESS.value,
                         help="where workers run: local processes (default), tasks in the "
                              "server process ('inline'), or Ray actors ('ray', needs the "
                              "tracewire[ray] extra)")
@@ -120,8 +120,8 @@ def _client_keys(path: str | None) -> list[str]:
 
 
 async def _serve(args: argparse.Namespace, default_factory: RunnerFactory | None) -> int:
-    backend = "inline" if args.inline else args.backend
-    hb_timeout = args.heartbeat_timeout or (2.0 if backend == "ray" else
+    backend = WorkerBackend.INLINE if args.inline else WorkerBackend(args.backend)
+    hb_timeout = args.heartbeat_timeout or (2.0 if backend is WorkerBackend.RAY else
                                             ServerConfig().heartbeat_timeout)
     cfg = ServerConfig(workers=args.workers, max_workers=args.max_workers,
                        max_inflight=args.max_inflight, max_queue=args.max_queue,

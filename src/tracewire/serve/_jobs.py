@@ -17,7 +17,7 @@ from .._errors import BusyError, RunTimeout, ServeError, WorkerDiedError
 from ._config import ServerConfig
 from ._liveness import ClientWatch
 from ._protocol import error_body
-from ._supervisor import Job, Workers, WorkerState
+from ._supervisor import Job, WorkerPhase, Workers, WorkerState
 
 __all__ = ["Dispatcher", "JobHost"]
 
@@ -93,7 +93,7 @@ class Dispatcher:
             self.release(job)
         else:
             w = self.host.workers.get(job.worker)
-            if w is None or w.state == "dead" or not self.host.to_worker(
+            if w is None or w.state == WorkerPhase.DEAD or not self.host.to_worker(
                     w, "cancel", {"job": job.id}):
                 self.release(job)
             elif job.kill_at is None:

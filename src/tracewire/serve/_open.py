@@ -13,7 +13,8 @@ import contextlib
 import shutil
 import tempfile
 from collections.abc import AsyncIterator
-from typing import Any, Literal
+from enum import StrEnum
+from typing import Any
 
 from ._broker import EnvServer
 from ._client import DEFAULT_TIMEOUT, EnvClient
@@ -23,22 +24,31 @@ from ._runner import RunnerFactory
 
 __all__ = ["WORKER_BACKENDS", "WorkerBackend", "make_pool", "serve_env"]
 
-#: Where an env server's workers run: local processes, tasks in its own process, Ray actors
-#: (compose's ``Backend`` says where rollouts run; its process and ray use these).
-WorkerBackend = Literal["process", "inline", "ray"]
+
+
+class WorkerBackend(StrEnum):
+    """Where an env server's workers run: local processes, tasks in its own process, Ray
+    actors (compose's ``Backend`` says where rollouts run; its process and ray use these)."""
+
+    PROCESS = "process"
+    INLINE = "inline"
+    RAY = "ray"
+
+
 #: The worker backends ``tracewire serve --backend`` and :func:`serve_env` know.
-WORKER_BACKENDS: tuple[WorkerBackend, ...] = ("process", "inline", "ray")
+WORKER_BACKENDS: tuple[WorkerBackend, ...] = tuple(WorkerBackend)
 
 
 def make_pool(backend: str = "process", *, ray_address: str | None = None,
               worker_cpus: float = 1.0,
               worker_resources: dict[str, float] | None = None) -> WorkerPool:
-    """The worker pool of ``backend``; the Ray options apply only to ``"ray"``."""
-    if backend == "process":
+    """The worker pool of ``backend`` (a :class:`WorkerBackend` value); the Ray options
+    apply only to ``"ray"``."""
+    if backend == WorkerBackend.PROCESS:
         return LocalProcessPool()
-    if backend == "inline":
+    if backend == WorkerBackend.INLINE:
         return InlinePool()
-    if backend == "ray":
+    if backend == WorkerBackend.RAY:
         from ._ray import RayPool  # imports nothing of Ray until the pool is used
 
         return RayPool(address=ray_address, num_cpus=worker_cpus, resources=worker_resources)

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from .._errors import EnvError
-from ..trace import Call, Episode, Message, Node, Span
+from ..trace import Call, Endpoint, Episode, Message, Node, Span, StopReason
 
 __all__ = [
     "Runner",
@@ -73,10 +73,10 @@ def standin_runner(turns: int = 10, tokens: int = 1000, delay: float = 0.0) -> R
         episode.timing["agent"] = Span(start=now)
         trace = episode.new_trace(agent={"name": "standin"})
         # The stand-in knows its budget (a real runner may know max turns x max tokens).
-        trace.tokens.reserve(n * (k + 8))
+        trace.columns.reserve(n * (k + 8))
         usage = {"prompt_tokens": 8, "completion_tokens": k}
         # Bound methods and lists fetched once: the loop body is what a turn costs.
-        append, nodes, calls, notify = trace.tokens.append, trace.nodes, trace.calls, trace.notify
+        append, nodes, calls, notify = trace.columns.append, trace.nodes, trace.calls, trace.notify
         clock = time.perf_counter
         next_yield = clock() + YIELD_S
         parent: int | None = None
@@ -90,7 +90,7 @@ def standin_runner(turns: int = 10, tokens: int = 1000, delay: float = 0.0) -> R
                               content=f"answer {turn}"), sampled=True, ts=now,
                               start=start + 8, end=end))
             parent = user + 1
-            calls.append(Call(model="standin", endpoint="chat", finish_reason="stop",
+            calls.append(Call(model="standin", endpoint=Endpoint.CHAT, finish_reason="stop",
                               usage=usage, node=parent, prompt_node=user))
             notify()
             if pause:
@@ -98,7 +98,7 @@ def standin_runner(turns: int = 10, tokens: int = 1000, delay: float = 0.0) -> R
             elif clock() >= next_yield:
                 await asyncio.sleep(0)  # let the worker stream; keeps loop stalls short
                 next_yield = clock() + YIELD_S
-        trace.stop = "max_turns"
+        trace.stop = StopReason.MAX_TURNS
         trace.completed = True
         trace.set_reward("standin", 1.0)
         episode.timing["agent"] = Span(start=now, end=time.time())

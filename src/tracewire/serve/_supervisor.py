@@ -20,12 +20,13 @@ import logging
 import secrets
 import time
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any, Protocol
 
 from ._config import ServerConfig, WorkerConfig
 from ._pool import WorkerHandle, WorkerPool
 
-__all__ = ["Broker", "Job", "WorkerState", "Workers"]
+__all__ = ["Broker", "Job", "WorkerPhase", "WorkerState", "Workers"]
 
 log = logging.getLogger("tracewire.serve")
 
@@ -48,12 +49,24 @@ class Job:
     kill_at: float | None = None
 
 
+class WorkerPhase(StrEnum):
+    """Where a worker is in its life (``stats``' ``state`` of each worker row)."""
+
+    STARTING = "starting"
+    READY = "ready"
+    #: Told to die for misbehaving; handed nothing new until its death is seen.
+    KILLING = "killing"
+    #: Told to stop (surplus or shutdown); its exit is not counted as a death.
+    RETIRING = "retiring"
+    DEAD = "dead"
+
+
 @dataclass(eq=False)
 class WorkerState:
     """What the broker knows about one worker."""
 
     id: str
-    state: str = "starting"
+    state: WorkerPhase = WorkerPhase.STARTING
     handle: WorkerHandle | None = None
     pid: int | None = None
     #: Where the worker runs when it is not a local process (e.g. a Ray actor and its node).
@@ -118,11 +131,11 @@ class Workers:
     def get(self, wid: str) -> WorkerState | None:
         return self.all.get(wid)
 
-    def count(self, state: str) -> int:
+    def count(self, state: WorkerPhase) -> int:
         return sum(1 for w in self.all.values() if w.state == state)
 
     def least_loaded(self) -> WorkerState | None:
-        ready = [w for w in self.all.values() if w.state == "ready"]
+        ready = [w for w in self.all.values() if w.state == WorkerPhase.READY]
         return min(ready, key=lambda w: len(w.jobs)) if ready else None
 
     # -- starting and stopping -------------------------------------------------------------
@@ -131,11 +144,12 @@ class Workers:
         srv, cfg = self.server, self.server.config
         if srv.stopping or time.monotonic() < self._not_before:
             return
-        alive = [w for w in self.all.values() if w.state in ("starting", "ready")]
+        alive = [w for w in self.all.values()
+                 if w.state in (WorkerPhase.STARTING, WorkerPhase.READY)]
         want = cfg.workers
-        starting = any(w.state == "starting" for w in alive)
+        starting = any(w.state == WorkerPhase.STARTING for w in alive)
         assert cfg.slots_per_worker is not None and cfg.max_workers is not None
-        ready = [w for w in alive if w.state == "ready"]
+        ready = [w for w in alive if w.state == WorkerPhase.READY]
         saturated = bool(ready) and all(len(w.jobs) >= 0.9 * cfg.slots_per_worker for w in ready)
         if not starting and (srv.waiting() or saturated):
             want = max(want, len(alive) + 1)
@@ -168,14 +182,14 @@ class Workers:
 
     def _dead(self, w: WorkerState, status: int | None, why: str | None) -> None:
         was = w.state
-        w.state = "dead"
+        w.state = WorkerPhase.DEAD
         self.all.pop(w.id, None)
-        if was != "retiring":
+        if was != WorkerPhase.RETIRING:
             self.deaths += 1
             if why is None:
                 why = f"worker {w.id} (pid {w.pid}) exited with status {status}"
                 # Why it was killed (or failed to start) says more than its exit status.
-                if was in ("starting", "killing") and self.last_error and \
+                if was in (WorkerPhase.STARTING, WorkerPhase.KILLING) and self.last_error and \
                         w.id in self.last_error:
                     why = self.last_error
             self.last_error = why
@@ -191,17 +205,17 @@ class Workers:
         """Kill a worker that misbehaves; its death is then handled as any other."""
         self.last_error = f"worker {w.id} (pid {w.pid}) killed: {reason}"
         log.warning("%s", self.last_error)
-        if w.state in ("starting", "ready"):
+        if w.state in (WorkerPhase.STARTING, WorkerPhase.READY):
             # Until its death is seen (a Ray kill takes a while) it is handed nothing new.
-            w.state = "killing"
+            w.state = WorkerPhase.KILLING
         w.killed_at = time.monotonic()
         if w.handle is not None:
             w.handle.kill()
 
     def control(self, w: WorkerState, kind: str, body: dict[str, Any]) -> None:
         """A control message from a worker: ``ready``, ``hb`` or ``fatal``."""
-        if kind == "ready" and w.state == "starting":
-            w.state = "ready"
+        if kind == "ready" and w.state == WorkerPhase.STARTING:
+            w.state = WorkerPhase.READY
             w.idle_since = time.monotonic()
             self.server.worker_ready(w)
         elif kind == "fatal":
@@ -210,7 +224,7 @@ class Workers:
 
     def probe(self) -> None:
         """Some worker's connection closed: kill (and so replace) the ready ones it was."""
-        for w in [w for w in self.all.values() if w.state == "ready"]:
+        for w in [w for w in self.all.values() if w.state == WorkerPhase.READY]:
             if not self.server.reachable(w):
                 self.kill(w, "its connection to the server closed")
 
@@ -218,16 +232,16 @@ class Workers:
         """Kill hung or slow-starting workers, retire a surplus idle one, keep the minimum."""
         srv, cfg = self.server, self.server.config
         for w in list(self.all.values()):
-            if w.state == "ready" and now - w.last_seen > cfg.heartbeat_timeout:
+            if w.state == WorkerPhase.READY and now - w.last_seen > cfg.heartbeat_timeout:
                 self.kill(w, f"no heartbeat for {cfg.heartbeat_timeout}s")
-            elif w.state == "starting" and now - w.started > cfg.start_timeout:
+            elif w.state == WorkerPhase.STARTING and now - w.started > cfg.start_timeout:
                 self.kill(w, f"not ready after {cfg.start_timeout}s")
-            elif w.state == "killing" and now - w.killed_at > cfg.cancel_grace:
+            elif w.state == WorkerPhase.KILLING and now - w.killed_at > cfg.cancel_grace:
                 # A kill that did not take is repeated (the first reason stays the error).
                 w.killed_at = now
                 if w.handle is not None:
                     w.handle.kill()
-        ready = [w for w in self.all.values() if w.state == "ready"]
+        ready = [w for w in self.all.values() if w.state == WorkerPhase.READY]
         idle = [w for w in ready if not w.jobs and now - w.idle_since > cfg.idle_s]
         load = sum(len(w.jobs) for w in ready)
         assert cfg.slots_per_worker is not None
@@ -235,15 +249,15 @@ class Workers:
         if (idle and not srv.waiting() and len(ready) > cfg.workers
                 and load < 0.9 * cfg.slots_per_worker * (len(ready) - 1)):
             w = idle[0]
-            w.state = "retiring"
+            w.state = WorkerPhase.RETIRING
             srv.to_worker(w, "stop", {})
         self.ensure()
 
     async def stop_all(self, timeout: float = 5.0) -> None:
         """Tell every worker to stop; kill those still running after ``timeout``."""
         for w in list(self.all.values()):
-            was, w.state = w.state, "retiring"
-            told = was != "starting" and self.server.to_worker(w, "stop", {})
+            was, w.state = w.state, WorkerPhase.RETIRING
+            told = was != WorkerPhase.STARTING and self.server.to_worker(w, "stop", {})
             if not told and w.handle is not None:
                 w.handle.terminate()
         if self._tasks:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import warnings
 from dataclasses import dataclass
 from typing import Any, Literal, overload
 
@@ -30,15 +31,31 @@ Tensors = Literal["numpy", "torch"]
 
 @dataclass(frozen=True, slots=True)
 class SessionInfo:
-    """What ``POST /sessions`` answers: the id, where the harness points its SDK, the key."""
+    """What ``POST /sessions`` answers: the session's ``id``, where the harness points its
+    SDK, and the ``secret`` it sends as its API key (the same names as ``proxy.Session``;
+    the JSON answer keeps its ``session_id`` and ``api_key`` keys)."""
 
-    session_id: str
+    id: str
     base_url: str
-    api_key: str
+    secret: str
     anthropic_base_url: str = ""
     group_id: str | None = None
     group_index: int = 0
     ttl: float | None = None
+
+    @property
+    def session_id(self) -> str:
+        """Deprecated name of :attr:`id` (kept for one release)."""
+        warnings.warn("SessionInfo.session_id is now SessionInfo.id; the old name goes in "
+                      "the next release", DeprecationWarning, stacklevel=2)
+        return self.id
+
+    @property
+    def api_key(self) -> str:
+        """Deprecated name of :attr:`secret` (kept for one release)."""
+        warnings.warn("SessionInfo.api_key is now SessionInfo.secret; the old name goes in "
+                      "the next release", DeprecationWarning, stacklevel=2)
+        return self.secret
 
 
 def _raise_for(status: int, body: bytes) -> None:
@@ -117,7 +134,8 @@ class SessionClient:
         max_turns: int | None = None,
         max_tokens: int | None = None,
     ) -> SessionInfo:
-        """Create a session; point the harness's SDK at ``base_url`` with ``api_key``."""
+        """Create a session; point the harness's SDK at ``base_url`` with ``secret`` as its
+        API key."""
         spec = SessionSpec(metadata=metadata or {}, ttl=ttl, group_id=group_id,
                            group_index=group_index, max_turns=max_turns, max_tokens=max_tokens)
         status, data = await self._request("POST", "/sessions", msgspec.json.encode(spec))
@@ -125,9 +143,9 @@ class SessionClient:
             _raise_for(status, data)
         d = orjson.loads(data)
         return SessionInfo(
-            session_id=d["session_id"],
+            id=d["session_id"],
             base_url=d["base_url"],
-            api_key=d["api_key"],
+            secret=d["api_key"],
             anthropic_base_url=d.get("anthropic_base_url", ""),
             group_id=d.get("group_id"),
             group_index=int(d.get("group_index") or 0),

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from .._command import Command
 from .._errors import TracewireError
+from ._status import FsyncPolicy
 
 __all__ = ["HELP", "IMPORT_COMMAND", "configure", "run"]
 
@@ -19,7 +20,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     """Add the import options."""
     parser.add_argument("file", type=Path, help="JSONL file from `tracewire export`")
     parser.add_argument("--run", type=Path, help="run directory (default: runs/<file stem>)")
-    parser.add_argument("--fsync", choices=("always", "interval", "never"), default="interval")
+    parser.add_argument("--fsync", choices=tuple(FsyncPolicy),
+                        default=FsyncPolicy.INTERVAL.value)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -16,6 +16,7 @@ from ..trace import Episode
 from ._layout import store_error
 from ._reader import RunReader
 from ._run import Run
+from ._status import FsyncPolicy, RunStatus
 
 __all__ = ["export_jsonl", "export_parquet", "import_jsonl", "sample_rows"]
 
@@ -108,7 +109,8 @@ def _read_episode(f: IO[bytes], src: Path, lineno: int) -> Episode | None:
     return ep
 
 
-async def import_jsonl(src: Path, run_dir: Path, *, fsync: str = "interval") -> int:
+async def import_jsonl(src: Path, run_dir: Path, *,
+                       fsync: FsyncPolicy | str = FsyncPolicy.INTERVAL) -> int:
     """Append every episode of a JSONL export to the run at ``run_dir`` (created or resumed)."""
     try:
         f = await asyncio.to_thread(open, src, "rb")
@@ -119,7 +121,7 @@ async def import_jsonl(src: Path, run_dir: Path, *, fsync: str = "interval") -> 
         run = await Run.create(run_dir, meta={"imported_from": str(src)}, fsync=fsync,
                                resume=resume)
         n = 0
-        status = "interrupted"
+        status = RunStatus.INTERRUPTED
         try:
             while True:
                 # Parsing a big line takes a while; keep it off the loop as well.
@@ -128,7 +130,7 @@ async def import_jsonl(src: Path, run_dir: Path, *, fsync: str = "interval") -> 
                     break
                 await run.append(ep)
                 n += 1
-            status = "complete"
+            status = RunStatus.COMPLETE
         finally:
             await run.close(status)
     return n

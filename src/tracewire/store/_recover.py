@@ -21,6 +21,7 @@ import time
 from typing import Any
 
 from ..codec import record_info
+from ..trace import InfoKey
 from ._encode import episode_parts
 from ._journal import read_journal
 from ._layout import Layout, fsync_dir, read_meta, store_error, write_meta
@@ -199,7 +200,7 @@ def recover(layout: Layout) -> dict[str, int]:
                     "SELECT COUNT(*) FROM episodes WHERE episode_id = ?", (ep.id,)
                 ).fetchone()
                 if not known:
-                    ep.info = {**ep.info, "incomplete": True}
+                    ep.info = {**ep.info, InfoKey.INCOMPLETE: True}
                     _store_incomplete(layout, conn, episode_parts(ep, lambda: None))
                     recovered += 1
                 else:

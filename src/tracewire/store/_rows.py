@@ -37,7 +37,7 @@ def row_from_episode(
 ) -> IndexRow:
     """Index row of a live :class:`~tracewire.Episode` (plain Python, with ``pause()`` every
     128 calls so the writer thread lets the event loop in during long episodes)."""
-    return _row(ep, ref, written, n_tokens=lambda t: len(t.tokens), pause=pause)
+    return _row(ep, ref, written, n_tokens=lambda t: len(t.columns), pause=pause)
 
 
 def row_from_header(
@@ -89,7 +89,7 @@ def _row(
         task_key=e.task_key,
         group_id=e.group_id,
         group_index=e.group_index,
-        status=(EpisodeStatus.INCOMPLETE if e.info.get("incomplete")
+        status=(EpisodeStatus.INCOMPLETE if e.info.get(InfoKey.INCOMPLETE)
                 else EpisodeStatus.COMPLETE).value,
         ok=e.ok,
         stop=main.stop,

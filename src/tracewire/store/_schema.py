@@ -25,6 +25,7 @@ import msgspec
 import orjson
 
 from .._errors import StoreError
+from ..trace import InfoKey
 
 __all__ = [
     "COLUMNS",
@@ -164,8 +165,8 @@ class IndexRow:
 #: Column name -> SQLite type, in table order (``seq`` is the implicit append order).
 COLUMNS: dict[str, str] = {f.name: f.metadata["sql"] for f in dataclasses.fields(IndexRow)}
 _JSON = ("rewards", "metrics")
-_NULLABLE = {"group_id", "stop", "started", "ended", "duration", "step", "policy_version",
-             "tito_mismatch"}
+_NULLABLE = {"group_id", "stop", "started", "ended", "duration", InfoKey.STEP,
+             InfoKey.POLICY_VERSION, InfoKey.TITO_MISMATCH}
 _PY = {"TEXT": (str,), "INTEGER": (int,), "REAL": (float, int)}
 _CHECK: dict[str, tuple[tuple[type, ...], bool]] = {
     n: (_PY[t.split()[0]], n in _NULLABLE) for n, t in COLUMNS.items()

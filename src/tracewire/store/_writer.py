@@ -166,7 +166,7 @@ class Writer(threading.Thread):
             except queue.Empty:
                 if not self._pending:
                     item = q.get()
-                elif self.fsync != "interval":
+                elif self.fsync != FsyncPolicy.INTERVAL:
                     self._commit()
                     continue
                 else:
@@ -190,7 +190,7 @@ class Writer(threading.Thread):
                     item.done(None, store_error("store writer crashed", exc))
                 raise
             if len(self._pending) >= _MAX_BATCH or (
-                self.fsync == "interval"
+                self.fsync == FsyncPolicy.INTERVAL
                 and self._pending
                 and time.monotonic() - self._last_sync >= self.interval
                 and not q.empty()
@@ -237,7 +237,8 @@ class Writer(threading.Thread):
                 self._roll()
             start = self._size
             try:
-                write_parts(self._fd, parts, start, yield_gil, flush=self.fsync != "never")
+                write_parts(self._fd, parts, start, yield_gil,
+                            flush=self.fsync != FsyncPolicy.NEVER)
             except OSError as exc:
                 raise store_error(f"cannot write segment {self._seg}", exc) from exc
             self._size += total
@@ -270,7 +271,7 @@ class Writer(threading.Thread):
         pending, self._pending = self._pending, []
         err: BaseException | None = None
         try:
-            if self.fsync != "never":
+            if self.fsync != FsyncPolicy.NEVER:
                 for fd in self._dirty:
                     os.fdatasync(fd)
             self._dirty.clear()
@@ -318,12 +319,12 @@ class Writer(threading.Thread):
         fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
         self._size = os.lseek(fd, 0, os.SEEK_END)
         self._seg, self._fd = n, fd
-        if created and self.fsync != "never":
+        if created and self.fsync != FsyncPolicy.NEVER:
             fsync_dir(self.layout.segments)
 
     def _roll(self) -> None:
         old = self._fd
-        if self.fsync != "never" and old in self._dirty:
+        if self.fsync != FsyncPolicy.NEVER and old in self._dirty:
             os.fdatasync(old)
         self._dirty.discard(old)
         os.close(old)

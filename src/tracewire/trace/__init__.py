@@ -3,6 +3,7 @@
 from ._branch import Branch
 from ._columns import BASE_COLUMNS, Columns
 from ._digest import chat_message_digest, message_digest
+from ._endpoint import Endpoint
 from ._info import InfoKey
 from ._model import (
     SCHEMA_VERSION,
@@ -26,6 +27,7 @@ __all__ = [
     "Branch",
     "Call",
     "Columns",
+    "Endpoint",
     "Episode",
     "ErrorInfo",
     "InfoKey",

@@ -11,17 +11,17 @@ from numpy.typing import NDArray
 from ._columns import Columns
 from ._model import Node
 
-__all__ = ["Branch", "NodesAndTokens"]
+__all__ = ["Branch", "NodesAndColumns"]
 
 
-class NodesAndTokens(Protocol):
+class NodesAndColumns(Protocol):
     """What a branch reads of its trace (a protocol, so this module needs no ``Trace``)."""
 
     @property
     def nodes(self) -> Sequence[Node]: ...
 
     @property
-    def tokens(self) -> Columns: ...
+    def columns(self) -> Columns: ...
 
 
 class Branch:
@@ -30,7 +30,7 @@ class Branch:
 
     __slots__ = ("_spans", "nodes", "trace")
 
-    def __init__(self, trace: NodesAndTokens, nodes: list[int]) -> None:
+    def __init__(self, trace: NodesAndColumns, nodes: list[int]) -> None:
         self.trace = trace
         #: Node indices from root to leaf.
         self.nodes = nodes
@@ -61,7 +61,7 @@ class Branch:
 
     def column(self, name: str) -> NDArray[Any]:
         """Column ``name`` along the path (a view when contiguous)."""
-        col = self.trace.tokens.column(name)
+        col = self.trace.columns.column(name)
         if not self._spans:
             return col[0:0]
         if len(self._spans) == 1:

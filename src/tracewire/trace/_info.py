@@ -21,6 +21,9 @@ class InfoKey:
     TOKEN_MISMATCHES: Final = "token_mismatches"
     #: Requests whose history was rewritten in place of a recorded branch.
     HISTORY_REWRITES: Final = "history_rewrites"
+    #: On the episode: it did not finish (rebuilt from a journal, or a rollout the env
+    #: server failed), so the index row's status is ``incomplete`` and ``--resume`` reruns it.
+    INCOMPLETE: Final = "incomplete"
     #: Trainer bookkeeping on the episode: the training step and the policy's version.
     STEP: Final = "step"
     POLICY_VERSION: Final = "policy_version"

@@ -33,6 +33,8 @@ class StopReason(StrEnum):
     FINALIZE_TIMEOUT = "finalize_timeout"
     SCORING_ERROR = "scoring_error"
     SCORING_TIMEOUT = "scoring_timeout"
+    #: The env server failed the rollout (its worker died, a timeout, or it was busy).
+    SERVE_ERROR = "serve_error"
 
     @classmethod
     def failed(cls, phase: str, timed_out: bool) -> StopReason:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
+import warnings
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -37,6 +38,9 @@ EPISODE_FIELDS = ("id", "env", "task_key", "task", "group_id", "group_index", "r
                   "errors", "timing", "info")
 
 
+_TOKENS_DEPRECATED = "Trace.tokens is now Trace.columns; the old name goes in the next release"
+
+
 def new_id() -> str:
     """A fresh random id (32 hex characters)."""
     return uuid.uuid4().hex
@@ -49,6 +53,7 @@ class Trace:
         "_watchers",
         "agent",
         "calls",
+        "columns",
         "completed",
         "errors",
         "id",
@@ -61,7 +66,6 @@ class Trace:
         "schema",
         "stop",
         "timing",
-        "tokens",
     )
 
     def __init__(
@@ -69,8 +73,13 @@ class Trace:
         id: str | None = None,
         *,
         agent: dict[str, Any] | None = None,
+        columns: Columns | None = None,
         tokens: Columns | None = None,
     ) -> None:
+        if tokens is not None:
+            warnings.warn(_TOKENS_DEPRECATED, DeprecationWarning, stacklevel=2)
+            if columns is None:
+                columns = tokens
         self.id: str = id or new_id()
         self.schema: int = SCHEMA_VERSION
         self.agent: dict[str, Any] = agent or {}
@@ -84,16 +93,27 @@ class Trace:
         self.stop: str | None = None
         self.completed: bool = False
         self.ok: bool = True
-        self.tokens: Columns = tokens if tokens is not None else Columns()
+        self.columns: Columns = columns if columns is not None else Columns()
         #: Messages of the request in flight that no node holds yet; streamed, never stored.
         self.pending: list[Message] = []
         self._watchers: list[Watcher] = []
 
     def __repr__(self) -> str:
         return (
-            f"Trace(id={self.id!r}, nodes={len(self.nodes)}, tokens={len(self.tokens)}, "
+            f"Trace(id={self.id!r}, nodes={len(self.nodes)}, tokens={len(self.columns)}, "
             f"calls={len(self.calls)}, stop={self.stop!r})"
         )
+
+    @property
+    def tokens(self) -> Columns:
+        """Deprecated name of :attr:`columns` (kept for one release)."""
+        warnings.warn(_TOKENS_DEPRECATED, DeprecationWarning, stacklevel=2)
+        return self.columns
+
+    @tokens.setter
+    def tokens(self, columns: Columns) -> None:
+        warnings.warn(_TOKENS_DEPRECATED, DeprecationWarning, stacklevel=2)
+        self.columns = columns
 
     # -- appends -----------------------------------------------------------------------
     def add_node(
@@ -119,9 +139,9 @@ class Trace:
             raise IndexError(f"parent {parent} is not a node of this trace")
         if ids is not None:
             m = (1 if sampled else 0) if mask is None else mask
-            start, end = self.tokens.append(ids, m, logprobs, extra)
+            start, end = self.columns.append(ids, m, logprobs, extra)
         else:
-            start = end = len(self.tokens)
+            start = end = len(self.columns)
         node = Node(
             parent=parent,
             message=message,
@@ -189,7 +209,7 @@ class Trace:
     def node_tokens(self, index: int) -> dict[str, NDArray[Any]]:
         """The columns of node ``index``'s own slice (views)."""
         node = self.nodes[index]
-        return self.tokens.slice(node.start, node.end)
+        return self.columns.slice(node.start, node.end)
 
     # -- change notification -----------------------------------------------------------
     def watch(self, callback: Watcher) -> Callable[[], None]:

@@ -10,6 +10,7 @@ from typing import Any
 
 from .._command import Command
 from .._errors import TracewireError
+from ..store import RunStatus
 
 HELP = ("Train the built-in model on an environment with an RL loop on CPU (group rollouts "
         "through the proxy, policy-gradient updates, live weight swaps).")
@@ -84,7 +85,7 @@ async def _main(args: argparse.Namespace) -> int:
         print(f"{result.status}: {len(steps)} steps, reward {first:.3f} -> {last:.3f} (mean of "
               f"the first/last {k}), max mismatch {worst:.2g}, {tok:,.0f} sampled tok/s")
     print(f"run: {result.run_dir}")
-    return 130 if result.status == "interrupted" else 0
+    return 130 if result.status == RunStatus.INTERRUPTED else 0
 
 
 def run(args: argparse.Namespace) -> int:

@@ -25,6 +25,7 @@ import numpy as np
 import orjson
 
 from .._errors import EnvError
+from ..store import RunStatus
 from ..trace import InfoKey
 from ._objective import group_advantages, pg_coefficients
 from ._wiring import (
@@ -106,7 +107,7 @@ class TrainResult:
     run_dir: Path
     steps: list[StepSummary]
     policy: Policy
-    status: str = "complete"
+    status: RunStatus = RunStatus.COMPLETE
 
 
 @dataclass
@@ -299,7 +300,7 @@ async def train(
             "train": {k: getattr(cfg, k) for k in cfg.__dataclass_fields__}}
     run = await Run.create(out_path, meta=meta)
     server = ModelServer(seed=cfg.seed)
-    status = "complete"
+    status = RunStatus.COMPLETE
     steps: list[StepSummary] = []
     pending: deque[tuple[int, asyncio.Task[_Batch]]] = deque()
     trainer: _Trainer | None = None
@@ -309,7 +310,7 @@ async def train(
         launched = 0
         for step in range(cfg.steps):
             if stop is not None and stop.is_set():
-                status = "interrupted"
+                status = RunStatus.INTERRUPTED
                 break
             while launched < cfg.steps and len(pending) <= cfg.max_staleness:
                 version = trainer.current.version
@@ -329,7 +330,7 @@ async def train(
             if on_step is not None:
                 on_step(summary)
     except BaseException:
-        status = "interrupted"
+        status = RunStatus.INTERRUPTED
         raise
     finally:
         for _, t in pending:

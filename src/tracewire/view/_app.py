@@ -27,6 +27,7 @@ from aiohttp import web
 
 from .._errors import StoreError
 from ..trace import Episode
+from ._health import HealthState
 from ._http import (
     ID_RE,
     bad_request,
@@ -201,7 +202,7 @@ async def _episode(request: web.Request) -> web.Response:
         ep, live = _find(src, eid)
         out = episode_summary(ep, live=live)
         # A journal whose writer is gone is not running: say so rather than "live".
-        out["stale"] = live and src.health()["state"] == "needs_repair"
+        out["stale"] = live and src.health()["state"] == HealthState.NEEDS_REPAIR
         return out
 
     return json_response(await asyncio.to_thread(work))

@@ -75,7 +75,7 @@ def diff_episodes(a: Episode, ta: int, leaf_a: int, b: Episode, tb: int, leaf_b:
     n = min(len(pa), len(pb))
     first_msg: int | None = None
     tok: dict[str, Any] | None = None
-    ids_a, ids_b = tra.tokens.ids, trb.tokens.ids
+    ids_a, ids_b = tra.columns.ids, trb.columns.ids
     for k in range(n):
         if k % YIELD_EVERY == YIELD_EVERY - 1:
             time.sleep(0)  # let the event loop's thread have the GIL between slices

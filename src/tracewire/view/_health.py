@@ -12,15 +12,25 @@ from __future__ import annotations
 
 import threading
 import time
+from enum import StrEnum
 from typing import Any
 
-from ..store import Layout
+from ..store import Layout, RunStatus
 
-__all__ = ["RunHealth"]
+__all__ = ["HealthState", "RunHealth"]
 
 #: Seconds between lock probes (a probe that finds no writer briefly holds a shared lock,
 #: during which a new writer could not start; keep those moments rare).
 PROBE_EVERY_S = 1.0
+
+
+class HealthState(StrEnum):
+    """A run as the viewer reports it (``/api/health``'s ``state``): closed, being written,
+    or left by a writer that died."""
+
+    CLOSED = "closed"
+    LIVE = "live"
+    NEEDS_REPAIR = "needs_repair"
 
 
 class RunHealth:
@@ -41,14 +51,14 @@ class RunHealth:
                     and now - self._at < PROBE_EVERY_S:
                 return self._last
             journals = len(self.layout.journals())
-            if status != "running" and not journals:
-                state = "closed"
+            if status != RunStatus.RUNNING and not journals:
+                state = HealthState.CLOSED
             elif self.layout.writer_alive():
-                state = "live"
+                state = HealthState.LIVE
             else:
-                state = "needs_repair"
+                state = HealthState.NEEDS_REPAIR
             hint = (f"run `tracewire check --repair {self.layout.root}`"
-                    if state == "needs_repair" else None)
+                    if state is HealthState.NEEDS_REPAIR else None)
             self._last = {"state": state, "journals": journals, "status": status, "hint": hint}
             self._at = now
             return self._last

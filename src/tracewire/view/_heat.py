@@ -40,8 +40,8 @@ class Boundary:
 
 def token_kinds(trace: Trace, path: list[int], boundary: Boundary | None) -> NDArray[np.uint8]:
     """One kind code per token of the branch along ``path`` (root to leaf)."""
-    mask = trace.tokens.mask
-    ids = trace.tokens.ids
+    mask = trace.columns.mask
+    ids = trace.columns.ids
     parts: list[NDArray[np.uint8]] = []
     prev_sampled = False
     prev_last: int | None = None

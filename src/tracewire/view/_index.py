@@ -20,14 +20,15 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ..store import COLUMNS, RunReader
+from ..trace import InfoKey
 from ._cache import LRU
 
 __all__ = ["NUMERIC", "OPTIONAL", "RANGED", "ROW_COLUMNS", "SORTABLE", "TEXT", "IndexQuery",
            "IndexTable", "Snapshot"]
 
-#: Trainer and token-in/token-out columns, shown when this build's index has them (a run
-#: written by a build without them reads them as null).
-OPTIONAL = tuple(c for c in ("step", "policy_version", "tito_mismatch")
+#: Trainer and token-in/token-out columns (named for the ``info`` keys they copy), shown when
+#: this build's index has them (a run written by a build without them reads them as null).
+OPTIONAL = tuple(c for c in (InfoKey.STEP, InfoKey.POLICY_VERSION, InfoKey.TITO_MISMATCH)
                  if COLUMNS.get(c, "TEXT").split()[0] in ("INTEGER", "REAL"))
 #: Numeric columns kept in memory (sortable, range-filterable).
 NUMERIC = ("reward", "turns", "n_tokens", "errors", "duration", "started", "group_index",
@@ -297,7 +298,7 @@ class IndexTable:
         with self._lock:
             step = self._num["step"] if "step" in self._num else np.empty(0)
             reward = self._num["reward"]
-            mism = self._num.get("tito_mismatch")
+            mism = self._num.get(InfoKey.TITO_MISMATCH)
         has = ~np.isnan(step)
         if not bool(has.any()):
             return {"step": [], "reward": [], "n": []}
@@ -316,7 +317,7 @@ class IndexTable:
             "n": np.bincount(inverse, minlength=len(steps)).tolist(),
         }
         if mism is not None and bool(np.any(~np.isnan(mism[has]))):
-            out["tito_mismatch"] = mean_of(mism)
+            out[InfoKey.TITO_MISMATCH] = mean_of(mism)
         return out
 
     def stats(self, bins: int) -> dict[str, Any]:

@@ -15,6 +15,7 @@ import logging
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from ._health import HealthState
 from ._shapes import episode_summary, live_row, signature
 from ._source import RunSource
 
@@ -101,7 +102,7 @@ class LiveFeed:
         index_rows = self.source.index_count()
         health = self.source.health()
         steps = self.source.steps_signature()
-        stale = health["state"] == "needs_repair"
+        stale = health["state"] == HealthState.NEEDS_REPAIR
         sigs: dict[str, tuple[Any, ...]] = {}
         summaries: dict[str, dict[str, Any]] = {}
         rows: list[dict[str, Any]] = []

@@ -67,7 +67,7 @@ def trace_summary(index: int, trace: Trace) -> dict[str, Any]:
         "id": trace.id,
         "agent": trace.agent,
         "n_nodes": len(trace.nodes),
-        "n_tokens": len(trace.tokens),
+        "n_tokens": len(trace.columns),
         "n_calls": len(trace.calls),
         "n_leaves": n_leaves,
         "leaves": _leaves(trace),
@@ -88,8 +88,8 @@ def trace_summary(index: int, trace: Trace) -> dict[str, Any]:
 def heat_columns(trace: Trace) -> list[str]:
     """Extra token columns the token view can colour by: one number per token."""
     out = []
-    for name in trace.tokens.extra_names():
-        spec = trace.tokens.spec(name)
+    for name in trace.columns.extra_names():
+        spec = trace.columns.spec(name)
         if spec is not None and spec[1] == () and spec[0].kind in "fiub":
             out.append(name)
     return out
@@ -124,7 +124,7 @@ def live_row(ep: Episode) -> dict[str, Any]:
         "group_id": ep.group_id,
         "group_index": ep.group_index,
         "n_nodes": sum(len(t.nodes) for t in ep.traces),
-        "n_tokens": sum(len(t.tokens) for t in ep.traces),
+        "n_tokens": sum(len(t.columns) for t in ep.traces),
         "n_calls": sum(len(t.calls) for t in ep.traces),
         "pending": sum(len(t.pending) for t in ep.traces),
         "reward": ep.reward,
@@ -137,7 +137,7 @@ def signature(ep: Episode) -> tuple[Any, ...]:
     parts: list[Any] = [ep.ok, len(ep.errors), len(ep.traces), tuple(ep.timing)]
     for t in ep.traces:
         parts.append((
-            len(t.nodes), len(t.tokens), len(t.calls), len(t.errors), len(t.pending),
+            len(t.nodes), len(t.columns), len(t.calls), len(t.errors), len(t.pending),
             t.stop, t.completed, t.ok, _reward(t.rewards), tuple(t.timing),
             tuple(s.end is not None for s in t.timing.values()),
         ))

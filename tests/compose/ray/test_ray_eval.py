@@ -21,7 +21,7 @@ BUNDLED = ("arithmetic", "tools", "guess", "command")
 
 
 def _pairs(out: Path) -> dict[tuple[str, int], tuple[float, int, str | None]]:
-    return {(e.task_key, e.group_index): (e.reward, len(e.traces[0].tokens), e.traces[0].stop)
+    return {(e.task_key, e.group_index): (e.reward, len(e.traces[0].columns), e.traces[0].stop)
             for e in open_run(out).episodes()}
 
 

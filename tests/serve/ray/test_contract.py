@@ -36,7 +36,7 @@ async def test_runs_and_groups_stream_and_assemble(make_server: Any, backend: st
         res = await client.run({"key": "k", "turns": 6, "tokens": 50, "delay": 0.02},
                                on_delta=on_delta)
         t = res.episode.traces[0]
-        assert len(t.nodes) == 12 and len(t.tokens) == 6 * (8 + 50) and t.completed
+        assert len(t.nodes) == 12 and len(t.columns) == 6 * (8 + 50) and t.completed
         assert seqs == list(range(len(seqs))) and len(seqs) == res.deltas >= 2
         group = await client.run_group({"turns": 3, "tokens": 20}, 4, keep_frames=True)
         assert len({g.episode.group_id for g in group}) == 1
