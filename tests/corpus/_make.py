@@ -22,7 +22,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from ._evals import command_records, eval_records, eval_samples, tito_records
+from ._evals import command_records, eval_records, eval_samples, served_records, tito_records
 from ._files import GOLDEN, read_dir, write_dir
 from ._handmade import handmade_records
 from ._http import http_records
@@ -53,6 +53,7 @@ async def generate() -> Corpus:
         await eval_records(work, out)
         await tito_records(work, out)
         await command_records(work, out)
+        await served_records(work, out)
         eval_samples(work, out)
         await sdk_records(work, out)
         await wire_frames(work, out)
