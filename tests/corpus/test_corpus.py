@@ -2,8 +2,9 @@
 corpus (``_make``, in a child process, since it fixes the clock and the id source of the
 process it runs in) and every byte must equal the golden files made from commit e666288.
 
-The other tests prove the comparer sees what it must: one flipped logprob bit, one frame
-byte, one payload bit, one index value, a lost or a new file. After a deliberate format
+The other tests prove the comparer sees what it must and names where: one flipped logprob
+bit in a record, one frame byte, one payload bit, one index value, one SSE field, one value
+of a scrubbed record, a lost or a new file. After a deliberate format
 change: ``PYTHONPATH=src:. python -m tests.corpus._make --write`` (golden/README.md).
 """
 
