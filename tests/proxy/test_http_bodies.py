@@ -4,6 +4,7 @@ against a real proxy and the fake upstream on 127.0.0.1."""
 
 from __future__ import annotations
 
+import io
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -59,3 +60,22 @@ async def test_session_api_bounds_chunked_bodies_with_its_own_cap(upstream: str)
         assert len(p.registry) == 0
         st, d = await _post(p.url + "/sessions", _chunked(orjson.dumps({"metadata": {}})), auth)
         assert st == 201 and d["session_id"] in p.registry
+
+
+async def test_each_route_keeps_its_order_of_refusals(upstream: str) -> None:
+    # A body that is both declared too big and of the wrong type: the turn routes refuse
+    # the size first (413), the session API the type first (415), as each always has.
+    async with Proxy(upstream, config=ProxyConfig(max_body_bytes=1000,
+                                                  session_token=TOKEN)) as p:
+        s = p.create_session()
+        text = {"Content-Type": "text/plain"}
+        st, d = await _post(s.base_url + "/chat/completions", b"x" * 5000,
+                            {"Authorization": f"Bearer {s.secret}", **text})
+        assert st == 413 and d["error"]["message"] == "request body over 1000 bytes"
+        st, d = await _post(s.base_url + "/chat/completions", b"{}",
+                            {"Authorization": f"Bearer {s.secret}", **text})
+        assert st == 415 and "not text/plain" in d["error"]["message"]
+        st, d = await _post(p.url + "/sessions", io.BytesIO(b"x" * (2 << 20)),
+                            {"Authorization": f"Bearer {TOKEN}", **text})
+        assert st == 415 and d["message"] == (
+            "content type must be application/json, not 'text/plain'")

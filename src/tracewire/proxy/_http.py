@@ -13,8 +13,8 @@ from aiohttp import web
 
 from .._errors import LimitError, TracewireError
 
-__all__ = ["BadRequest", "Dialect", "bearer", "content_type", "error_body", "error_response",
-           "read_body", "secret_matches", "send_buffers", "sse", "sse_error"]
+__all__ = ["BadRequest", "Dialect", "bearer", "check_length", "content_type", "error_body",
+           "error_response", "read_body", "secret_matches", "send_buffers", "sse", "sse_error"]
 
 _SLICE = 1 << 20  # bytes per write of a big answer
 
@@ -69,11 +69,17 @@ def _too_big(limit: int) -> BadRequest:
     return BadRequest(413, msg, error=LimitError(msg))
 
 
+def check_length(request: web.Request, limit: int) -> None:
+    """``BadRequest`` 413 when the request declares a body over ``limit`` bytes (for a
+    route that refuses a declared size before anything else; ``read_body`` checks too)."""
+    if request.content_length is not None and request.content_length > limit:
+        raise _too_big(limit)
+
+
 async def read_body(request: web.Request, limit: int) -> bytes:
     """The request body, at most ``limit`` bytes; ``BadRequest`` 413 past it (checked on
     the declared length before reading), 400 when the body cannot be decoded."""
-    if request.content_length is not None and request.content_length > limit:
-        raise _too_big(limit)
+    check_length(request, limit)
     try:
         if limit >= request.client_max_size:
             # aiohttp's own bound is the one that applies: its reader was measured the
@@ -124,7 +130,7 @@ async def send_buffers(request: web.Request, parts: Sequence[bytes | memoryview]
 def error_body(dialect: Dialect, status: int, message: str,
                code: str | None = None) -> dict[str, Any]:
     """The error object a client of ``dialect`` expects."""
-    if dialect is Dialect.ANTHROPIC:
+    if dialect == Dialect.ANTHROPIC:
         return {"type": "error",
                 "error": {"type": _ANTHROPIC_TYPES.get(status, "api_error"), "message": message}}
     return {"error": {"message": message, "type": _OPENAI_TYPES.get(status, "api_error"),
@@ -150,6 +156,6 @@ def sse(data: Any, event: str | None = None) -> bytes:
 
 def sse_error(dialect: Dialect, message: str) -> bytes:
     """An in-stream error event in the dialect's form."""
-    if dialect is Dialect.ANTHROPIC:
+    if dialect == Dialect.ANTHROPIC:
         return sse(error_body(Dialect.ANTHROPIC, 502, message), "error")
     return sse(error_body(Dialect.OPENAI, 502, message))

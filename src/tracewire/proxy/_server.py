@@ -17,13 +17,15 @@ from .._errors import ProxyError, SessionError, UpstreamError
 from .._memory import tune_allocator
 from ..sessions import SessionSpec, token_from_env
 from ..trace import Endpoint, Trace
+from ._adapter import Adapter
 from ._anthropic import AnthropicAdapter
 from ._config import ProxyConfig
-from ._dialect import Adapter, ChatAdapter
+from ._dialect import ChatAdapter
 from ._http import (
     BadRequest,
     Dialect,
     bearer,
+    check_length,
     content_type,
     error_response,
     read_body,
@@ -209,12 +211,14 @@ class Proxy:
         return s
 
     async def _body(self, request: web.Request) -> bytes:
+        limit = self.config.max_body_bytes
+        check_length(request, limit)  # a declared size over the cap is a 413 whatever its type
         ctype = content_type(request)
         if ctype not in ("application/json", "application/octet-stream", "") and not (
             ctype.endswith("+json")
         ):
             raise BadRequest(415, f"content type must be application/json, not {ctype}")
-        return await read_body(request, self.config.max_body_bytes)
+        return await read_body(request, limit)
 
     # -- routes ----------------------------------------------------------------------------
     def _handler(self, endpoint: Endpoint) -> Callable[[web.Request], Any]:

@@ -121,7 +121,7 @@ def _client_keys(path: str | None) -> list[str]:
 
 async def _serve(args: argparse.Namespace, default_factory: RunnerFactory | None) -> int:
     backend = WorkerBackend.INLINE if args.inline else WorkerBackend(args.backend)
-    hb_timeout = args.heartbeat_timeout or (2.0 if backend is WorkerBackend.RAY else
+    hb_timeout = args.heartbeat_timeout or (2.0 if backend == WorkerBackend.RAY else
                                             ServerConfig().heartbeat_timeout)
     cfg = ServerConfig(workers=args.workers, max_workers=args.max_workers,
                        max_inflight=args.max_inflight, max_queue=args.max_queue,

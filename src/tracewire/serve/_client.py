@@ -39,6 +39,7 @@ from ._direct import is_local_endpoint, loopback_id
 from ._io import Reader, send_retry
 from ._protocol import (
     PROTOCOL_VERSION,
+    Kind,
     cursor_list,
     decode_envelope,
     encode_envelope,
@@ -201,7 +202,7 @@ class EnvClient:
         self._ensure()
         for addr in self.addresses:
             try:
-                body = await self._call(addr, "hello", {}, timeout)
+                body = await self._call(addr, Kind.HELLO, {}, timeout)
             except ServeError as exc:
                 if is_tcp(addr) and "no answer" in str(exc):
                     raise ServeError(
@@ -267,12 +268,12 @@ class EnvClient:
         while True:
             await asyncio.sleep(HEARTBEAT_S)
             servers = {r.server for r in self._pending.values()
-                       if r.kind in ("run", "run_group")}
+                       if r.kind in (Kind.RUN, Kind.RUN_GROUP)}
             if not servers:
                 return
             for addr in servers:
                 if addr in self._readers:
-                    self._send_now(addr, "hb", "", {})
+                    self._send_now(addr, Kind.HB, "", {})
 
     async def _call(self, addr: str, kind: str, body: dict[str, Any], timeout: float,
                     req: _Request | None = None) -> Any:
@@ -281,7 +282,7 @@ class EnvClient:
         if req is None:
             req = _Request(new_id(), kind, addr, loop.create_future())
         self._pending[req.rid] = req
-        if kind in ("run", "run_group"):
+        if kind in (Kind.RUN, Kind.RUN_GROUP):
             self._heartbeats()
         deadline = asyncio.timeout(timeout)
         try:
@@ -295,16 +296,16 @@ class EnvClient:
         except TimeoutError as exc:
             if not deadline.expired():
                 raise  # the server's RunTimeout, not ours
-            if kind in ("run", "run_group"):
-                self._send_now(addr, "cancel", new_id(), {"target": req.rid})
+            if kind in (Kind.RUN, Kind.RUN_GROUP):
+                self._send_now(addr, Kind.CANCEL, new_id(), {"target": req.rid})
                 raise RunTimeout(f"{kind} {req.rid} on {addr}: no answer within {timeout}s "
                                  "(client-side timeout); asked the server to cancel") from exc
             raise ServeError(f"{kind}: no answer from {addr} within {timeout}s") from exc
         except asyncio.CancelledError:
             # Cancelling this task cancels ``req.fut`` too; only a received answer means
             # there is nothing left to cancel on the server.
-            if kind in ("run", "run_group") and (not req.fut.done() or req.fut.cancelled()):
-                self._send_now(addr, "cancel", new_id(), {"target": req.rid})
+            if kind in (Kind.RUN, Kind.RUN_GROUP) and (not req.fut.done() or req.fut.cancelled()):
+                self._send_now(addr, Kind.CANCEL, new_id(), {"target": req.rid})
             raise
         finally:
             self._pending.pop(req.rid, None)
@@ -323,7 +324,7 @@ class EnvClient:
         if self._data_address is not None and addr in self._direct_ok:
             body["data"] = self._data_address
             body["data_key"] = self._data_token.hex()
-        if kind == "run_group":
+        if kind == Kind.RUN_GROUP:
             body["r"] = r
             if group_id is not None:
                 body["group_id"] = group_id
@@ -339,7 +340,7 @@ class EnvClient:
         With ``keep_frames`` the result also holds the whole episode's frames as received
         (without ``on_delta`` the server then sends only those, not the deltas).
         """
-        out = await self._episodes("run", task, 1, on_delta, timeout, keep_frames, request_id,
+        out = await self._episodes(Kind.RUN, task, 1, on_delta, timeout, keep_frames, request_id,
                                    None)
         return out[0]
 
@@ -348,7 +349,7 @@ class EnvClient:
                         request_id: str | None = None,
                         group_id: str | None = None) -> list[RunResult]:
         """Run ``r`` episodes of ``task`` sharing one group id (spread over workers)."""
-        return await self._episodes("run_group", task, r, on_delta, timeout, keep_frames,
+        return await self._episodes(Kind.RUN_GROUP, task, r, on_delta, timeout, keep_frames,
                                     request_id, group_id)
 
     async def cancel(self, request_id: str, timeout: float = 10.0) -> int:
@@ -357,7 +358,7 @@ class EnvClient:
         targets = [req.server] if req is not None else self.addresses
         n = 0
         for addr in targets:
-            body = await self._call(addr, "cancel", {"target": request_id}, timeout)
+            body = await self._call(addr, Kind.CANCEL, {"target": request_id}, timeout)
             n += int(body.get("cancelled", 0))
         return n
 
@@ -374,11 +375,11 @@ class EnvClient:
 
     async def health(self, address: str | None = None, timeout: float = 10.0) -> dict[str, Any]:
         """Health of one server (or of all, with ``healthy`` true if any is)."""
-        return await self._info("health", address, timeout)
+        return await self._info(Kind.HEALTH, address, timeout)
 
     async def stats(self, address: str | None = None, timeout: float = 10.0) -> dict[str, Any]:
         """Counters and per-worker rows of one server (or of all)."""
-        return await self._info("stats", address, timeout)
+        return await self._info(Kind.STATS, address, timeout)
 
     # -- receiving -------------------------------------------------------------------------
     def _receive_direct(self, frames: list[Any]) -> None:
@@ -404,15 +405,15 @@ class EnvClient:
             raise
         req = self._pending.get(env.rid)
         if req is None:
-            if env.kind == "error":
+            if env.kind == Kind.ERROR:
                 log.debug("error from %s for no pending request: %s", addr,
                             error_from_body(env.body, addr))
             return
-        if env.kind == "error":
+        if env.kind == Kind.ERROR:
             req.fail(error_from_body(env.body, addr))
-        elif env.kind not in ("delta", "reply"):
+        elif env.kind not in (Kind.DELTA, Kind.REPLY):
             raise ProtocolError(f"unknown answer kind {env.kind!r}")
-        elif req.kind not in ("run", "run_group"):
+        elif req.kind not in (Kind.RUN, Kind.RUN_GROUP):
             if not req.fut.done():
                 req.fut.set_result(env.body)
         else:
@@ -431,7 +432,7 @@ class EnvClient:
         bufs = [f.buffer for f in frames[1:]]
         req.wire[i] = req.wire.get(i, 0) + sum(f.buffer.nbytes for f in frames)
         asm = req.assemblers.setdefault(i, EpisodeAssembler())
-        if kind == "delta":
+        if kind == Kind.DELTA:
             d = decode_frames(bufs)
             if not isinstance(d, EpisodeDelta):
                 raise ProtocolError(f"delta frames hold a {type(d).__name__}")
