@@ -107,7 +107,7 @@ async def startup_teardown(proxy: Proxy, runs: int) -> None:
 async def _client(rt: Runtime, ep: ProxyEndpoint, n: int, targets: list[str]
                   ) -> dict[str, list[float]]:
     await rt.put_files({"client.py": CLIENT})
-    res = await rt.exec([PYTHON, "client.py", str(n), f"/sessions/{ep.session_id}/v1/models",
+    res = await rt.exec([PYTHON, "client.py", str(n), f"/sessions/{ep.id}/v1/models",
                          *targets], timeout=300)
     assert res.ok, res.to_info()
     return dict(json.loads(res.stdout))

@@ -52,7 +52,7 @@ def test_demo_is_the_eval_of_guess_with_a_preset() -> None:
 async def test_unknown_backend_is_refused_before_anything_starts() -> None:
     assert BACKENDS == ("local", "process", "ray")
     with pytest.raises(ValueError, match="unknown backend 'nowhere'"):
-        await evaluate("guess", backend="nowhere")  # type: ignore[arg-type]
+        await evaluate("guess", backend="nowhere")
 
 
 def test_facade_evaluate_is_the_composition_roots() -> None:

@@ -177,6 +177,8 @@ def _record_label(rec: bytes) -> str:
         h = msgspec.msgpack.decode(split_record(rec)[1])
     except Exception:
         return ""
+    if isinstance(h, dict) and "seq" in h:  # a journal's delta record
+        return f" (delta {h.get('seq')} of episode {h.get('episode')})"
     if isinstance(h, dict):
         return f" (episode {h.get('id')}, task {h.get('task_key')!r})"
     return ""
@@ -286,17 +288,57 @@ def _diff_scrubbed(a: bytes, b: bytes) -> list[str]:
     return out
 
 
+def _diff_lines(a: bytes, b: bytes) -> list[str]:
+    # An HTTP answer: status and content type, then a JSON body or server-sent events.
+    la, lb = a.split(b"\n"), b.split(b"\n")
+    for i, (x, y) in enumerate(zip(la, lb, strict=False)):
+        if x != y:
+            try:
+                lines = [f"line {i + 1}: {line}" for line in
+                         tree_diff(json.loads(x.removeprefix(b"data: ")),
+                                   json.loads(y.removeprefix(b"data: ")))]
+            except ValueError:
+                lines = []
+            return _cap(lines or [f"line {i + 1}: {_show(x)} != {_show(y)}"])
+    return [f"{len(la)} lines in golden, {len(lb)} now"]
+
+
+def _diff_requests(a: bytes, b: bytes) -> list[str]:
+    ra, rb = msgspec.msgpack.decode(a), msgspec.msgpack.decode(b)
+    out = [f"{len(ra)} requests in golden, {len(rb)} now"] if len(ra) != len(rb) else []
+    for i, (x, y) in enumerate(zip(ra, rb, strict=False)):
+        if x == y:
+            continue
+        where = f"request {i} ({x[0]} {x[1]})"
+        if x[:2] != y[:2]:
+            out.append(f"{where}: now {y[0]} {y[1]}")
+        try:
+            lines = list(tree_diff(json.loads(x[2]), json.loads(y[2]), "body"))
+        except ValueError:
+            lines = []
+        if not lines and x[2] != y[2]:
+            lines = [f"body: {_bytes_diff(x[2], y[2])}"]
+        out += [f"{where}: {line}" for line in _cap(lines)]
+    return out
+
+
 def describe(name: str, a: bytes, b: bytes) -> list[str]:
     """Readable differences of corpus file ``name`` (golden ``a``, now ``b``)."""
     try:
-        if name.endswith(".twr"):
+        if name.endswith((".twr", ".twj")):
             lines = _diff_segment(a, b)
         elif name.endswith("index.json"):
             lines = _diff_index(a, b)
+        elif name.endswith(".json"):
+            lines = _cap(list(tree_diff(json.loads(a), json.loads(b))))
         elif name.endswith("records.msgpack"):
             lines = _diff_scrubbed(a, b)
         elif name.endswith(".msgs"):
             lines = _diff_messages(a, b)
+        elif name.endswith(".reqs"):
+            lines = _diff_requests(a, b)
+        elif name.endswith(".http"):
+            lines = _diff_lines(a, b)
         elif name.endswith(".safetensors"):
             lines = _diff_payload(a, b)
         else:

@@ -1,4 +1,4 @@
-"""The corpus's only normalisation: a fixed wall clock and seeded random ids, installed in the
+"""The corpus's normalisation: a fixed wall clock and seeded random ids, installed in the
 generating process before tracewire is imported.
 
 tracewire has no clock or id hook, and everything it records reads ``time.time()`` (spans,
@@ -6,21 +6,28 @@ node and error timestamps, the store's ``written``/``started`` times) and ``uuid
 (trace, episode, session and group ids; the built-in model's reply and tool-call ids; the
 Anthropic/Responses item ids). So the generator replaces exactly those two functions, plus
 ``secrets.token_bytes`` (session secrets, worker ids) so that nothing differs from run to run,
-and nothing else: no record, frame or payload is rewritten or dropped afterwards. Durations
-come out 0 (every ``time.time()`` is :data:`T0`); ``time.monotonic``/``perf_counter`` (which
-asyncio, timeouts and pacing use) are left alone, and no recorded field reads them.
+and nothing else: no record, frame or payload is rewritten or dropped afterwards (the
+generator names the few exceptions where it makes them). Durations come out 0 (every
+``time.time()`` is :data:`T0`); ``time.monotonic``/``perf_counter`` (which asyncio, timeouts
+and pacing use) are left alone, and no recorded field reads them.
 
-Ids come from a ``random.Random`` re-seeded by :func:`reseed` right before each corpus case
-runs (after its model server is up), so adding a case or a stray id call in one case never
-shifts another; secrets draw from a second one. The generator imports every library first,
-so no import-time id draw lands inside a case.
+Ids come from seeded ``random.Random`` *streams*, re-seeded by :func:`reseed` right before
+each corpus case runs (after its model server is up), so adding a case never shifts
+another. There is one stream per (thread, drawer, kind): the thread's name with digits
+folded (``MainThread``, ``tracewire-model``, ``asyncio_N``), whether the code drawing is
+tracewire's or a library's (an SDK's idempotency keys), and uuid or secret. So the
+proxy drawing one more id never moves the ids the model thread draws, nor an SDK upgrade
+any of tracewire's. The generator imports every library first, so no import-time draw
+lands inside a case.
 """
 
 from __future__ import annotations
 
 import hashlib
 import random
+import re
 import secrets
+import sys
 import threading
 import time
 import uuid
@@ -31,11 +38,26 @@ __all__ = ["T0", "install", "reseed"]
 T0 = 1_767_225_600.0
 
 _lock = threading.Lock()
-_rng = random.Random(0)
-#: Secrets (session secrets, worker ids, a module's import-time sentinel) are never
-#: recorded: their own stream, so code that draws one more or one fewer shifts no id.
-_secret_rng = random.Random(0)
+_label = ""
+_streams: dict[tuple[str, str, str], random.Random] = {}
 _installed = False
+#: Modules whose frames are skipped when finding who draws.
+_PLUMBING = {"uuid", "secrets", "random", __name__}
+
+
+def _stream(kind: str) -> random.Random:
+    thread = re.sub(r"\d+", "N", threading.current_thread().name)
+    frame = sys._getframe(2)
+    while frame is not None and frame.f_globals.get("__name__") in _PLUMBING:
+        frame = frame.f_back  # type: ignore[assignment]
+    module = "" if frame is None else str(frame.f_globals.get("__name__", ""))
+    owner = "tracewire" if module.split(".")[0] == "tracewire" else "library"
+    key = (thread, owner, kind)
+    rng = _streams.get(key)
+    if rng is None:
+        seed = hashlib.blake2b("\0".join((_label, *key)).encode(), digest_size=8).digest()
+        rng = _streams[key] = random.Random(int.from_bytes(seed, "little"))
+    return rng
 
 
 def _time() -> float:
@@ -48,21 +70,21 @@ def _time_ns() -> int:
 
 def _uuid4() -> uuid.UUID:
     with _lock:
-        bits = _rng.getrandbits(128)
+        bits = _stream("uuid").getrandbits(128)
     return uuid.UUID(int=bits, version=4)
 
 
 def _token_bytes(nbytes: int | None = None) -> bytes:
     with _lock:
-        return _secret_rng.randbytes(32 if nbytes is None else nbytes)
+        return _stream("secret").randbytes(32 if nbytes is None else nbytes)
 
 
 def reseed(label: str) -> None:
-    """Restart the id stream for the corpus case named ``label``."""
-    seed = int.from_bytes(hashlib.blake2b(label.encode(), digest_size=8).digest(), "little")
+    """Restart every id stream for the corpus case named ``label``."""
+    global _label
     with _lock:
-        _rng.seed(seed)
-        _secret_rng.seed(seed ^ 0x5EC2E7)
+        _label = label
+        _streams.clear()
 
 
 def install() -> None:

@@ -4,6 +4,7 @@ and the ``command`` environment (the one case with scrubbed values), and their s
 from __future__ import annotations
 
 import json
+import os
 import re
 import sys
 import tempfile
@@ -13,8 +14,9 @@ from typing import Any
 import msgspec
 
 from ._runs import Corpus, det, index_rows, run_files
+from ._tap import UpstreamTap
 
-__all__ = ["command_records", "eval_records", "eval_samples", "tito_records"]
+__all__ = ["command_records", "eval_records", "eval_samples", "served_records", "tito_records"]
 
 #: (case, environment, seed, tasks, rollouts per task)
 EVAL_CASES = [
@@ -26,6 +28,7 @@ EVAL_CASES = [
     ("tools-s9", "tools", 9, 2, 1),
 ]
 
+
 async def eval_records(work: Path, out: Corpus) -> None:
     from tracewire.compose import evaluate
     from tracewire.model import ModelServer
@@ -33,11 +36,13 @@ async def eval_records(work: Path, out: Corpus) -> None:
     for case, env, seed, n, r in EVAL_CASES:
         model = ModelServer.run_in_thread(seed=seed)
         try:
-            det.reseed(f"records/{case}")
-            result = await evaluate(env, base_url=model.base_url, n=n, r=r, seed=seed,
-                                    concurrency=1, out=work / case)
+            async with UpstreamTap(model.base_url) as tap:
+                det.reseed(f"records/{case}")
+                result = await evaluate(env, base_url=tap.base_url, n=n, r=r, seed=seed,
+                                        concurrency=1, out=work / case)
         finally:
             model.stop()
+        out[f"upstream/{case}.reqs"] = tap.frames()
         if result.status != "complete":
             raise RuntimeError(f"{case}: eval ended {result.status} ({result.reason})")
         run_files(f"records/{case}", work / case, out)
@@ -51,12 +56,58 @@ TITO_CASES = [
 ]
 
 
+#: (case, environment, seed, tasks): ``evaluate(backend="process")``: one env-server worker
+#: process runs each rollout (its own proxy) and streams it to this process, which stores
+#: the frames as received. The worker gets the same fixed clock and seeded ids through a
+#: ``sitecustomize`` on its ``PYTHONPATH`` (label ``<case>/worker``).
+SERVED_CASE = ("served-tools-s2", "tools", 2, 2)
+_SITE = """\
+import importlib.util, os
+if os.environ.get("TW_CORPUS_CASE"):
+    spec = importlib.util.spec_from_file_location("_tw_corpus_det", {path!r})
+    det = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(det)
+    det.install()
+    det.reseed(os.environ["TW_CORPUS_CASE"] + "/worker")
+"""
+
+
+async def served_records(work: Path, out: Corpus) -> None:
+    from tracewire.compose import evaluate
+    from tracewire.model import ModelServer
+
+    case, env, seed, n = SERVED_CASE
+    boot = work / "boot"
+    boot.mkdir()
+    (boot / "sitecustomize.py").write_text(_SITE.format(path=det.__file__), "utf-8")
+    saved = {k: os.environ.get(k) for k in ("PYTHONPATH", "TW_CORPUS_CASE")}
+    os.environ["PYTHONPATH"] = os.pathsep.join([str(boot), *filter(None, [saved["PYTHONPATH"]])])
+    os.environ["TW_CORPUS_CASE"] = f"records/{case}"
+    model = ModelServer.run_in_thread(seed=seed)
+    try:
+        async with UpstreamTap(model.base_url) as tap:
+            det.reseed(f"records/{case}")
+            result = await evaluate(env, base_url=tap.base_url, n=n, seed=seed, concurrency=1,
+                                    backend="process", workers=1, out=work / case)
+    finally:
+        model.stop()
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    if result.status != "complete":
+        raise RuntimeError(f"{case}: eval ended {result.status} ({result.reason})")
+    run_files(f"records/{case}", work / case, out)
+    out[f"upstream/{case}.reqs"] = tap.frames()
+
+
 #: The ``command`` environment's agent is a subprocess: its pid, the interpreter's path and
 #: the random workdir name are recorded in ``trace.info["command"]``. Those three, and the
 #: index columns computed from the header bytes (``crc``, ``row_crc``, ``length``,
 #: ``offset``), are the only values scrubbed in the corpus; everything else of these
 #: records (every other header field, every token buffer) is compared as written.
-COMMAND_CASE = ("command-s0", "command", 0, 3)
+COMMAND_CASE = ("command-s0", "command", 0, 2)
 _SCRUBBED_COLUMNS = ("crc", "row_crc", "length", "offset")
 
 
@@ -112,12 +163,14 @@ async def tito_records(work: Path, out: Corpus) -> None:
         tok = build_tokenizer_dir(work / f"tok-{family}", family)
         model = ModelServer.run_in_thread(seed=seed, tokenizer=tok, non_canonical=0.5)
         try:
-            det.reseed(f"records/{case}")
-            result = await evaluate(env, base_url=model.base_url, n=n, seed=seed,
-                                    concurrency=1, out=work / case, tokenizer=str(tok),
-                                    upstream_api=api)
+            async with UpstreamTap(model.base_url) as tap:
+                det.reseed(f"records/{case}")
+                result = await evaluate(env, base_url=tap.base_url, n=n, seed=seed,
+                                        concurrency=1, out=work / case, tokenizer=str(tok),
+                                        upstream_api=api)
         finally:
             model.stop()
+        out[f"upstream/{case}.reqs"] = tap.frames()
         if result.status != "complete":
             raise RuntimeError(f"{case}: eval ended {result.status} ({result.reason})")
         run_files(f"records/{case}", work / case, out)

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from ._runs import Corpus, det, run_files
+from ._tap import UpstreamTap
 
 __all__ = ["SDK_CASES", "sdk_records"]
 
@@ -108,6 +109,7 @@ SDK_CASES = ["chat", "chat-stream", "chat-tools-stream", "responses", "responses
 
 
 async def sdk_records(work: Path, out: Corpus) -> None:
+    import aiohttp
     import anthropic
     import openai
 
@@ -123,11 +125,21 @@ async def sdk_records(work: Path, out: Corpus) -> None:
     det.reseed("sdk")
     run = await Run.create(work / "sdk", meta={"corpus": "sdk"})
     try:
-        async with Proxy(model.base_url, config=ProxyConfig(session_token=token)) as proxy, \
-                SessionClient(proxy.url, token=token) as trainer:
+        async with UpstreamTap(model.base_url) as tap, \
+                Proxy(tap.base_url, config=ProxyConfig(session_token=token)) as proxy, \
+                SessionClient(proxy.url, token=token) as trainer, aiohttp.ClientSession(
+                    headers={"Authorization": f"Bearer {token}"}) as http:
+            port = proxy.url.encode()
             for case in SDK_CASES:
                 det.reseed(f"sdk/{case}")
-                info = await trainer.create(metadata={"case": case}, group_id=f"g-{case}")
+                # The session API's own answers, as bytes (the proxy's port written as
+                # {proxy}: the one value of them that is not fixed).
+                async with http.post(proxy.url + "/sessions", json={
+                        "metadata": {"case": case}, "group_id": f"g-{case}"}) as r:
+                    raw = await r.read()
+                    assert r.status == 201, raw
+                out[f"sessions/{case}.create.json"] = raw.replace(port, b"{proxy}")
+                info = json.loads(raw)
                 sid = _field(info, "id", "session_id")
                 secret = _field(info, "secret", "api_key")
                 if case == "anthropic":
@@ -147,6 +159,8 @@ async def sdk_records(work: Path, out: Corpus) -> None:
                     else:
                         await _chat(o, MODEL_NAME, stream=case == "chat-stream")
                     await o.close()
+                async with http.get(f"{proxy.url}/sessions/{sid}") as r:
+                    out[f"sessions/{case}.summary.json"] = await r.read()
                 # What a trainer reads: the session API's sample payloads, whole and cut.
                 out[f"samples/http/{case}.safetensors"] = await trainer.payload(sid)
                 out[f"samples/http/{case}-cut16.safetensors"] = await trainer.payload(
@@ -159,18 +173,19 @@ async def sdk_records(work: Path, out: Corpus) -> None:
                 out[f"samples/local/{case}.safetensors"] = encode_samples(assemble(trace))
                 out[f"samples/local/{case}-cut24.safetensors"] = encode_samples(
                     assemble(trace, max_seq_len=24), info={"case": case})
-                await trainer.delete(sid)
+                async with http.delete(f"{proxy.url}/sessions/{sid}") as r:
+                    out[f"sessions/{case}.delete.json"] = await r.read()
+        out["upstream/sdk.reqs"] = tap.frames()
     finally:
         await run.close()
         model.stop()
     run_files("records/sdk", work / "sdk", out)
 
 
-def _field(info: Any, *names: str) -> str:
-    # SessionInfo's fields are being renamed (id/secret, deprecated session_id/api_key):
-    # the new name first, so no deprecation warning, the old one for older code.
+def _field(info: dict[str, Any], *names: str) -> str:
+    # The session fields may be renamed (SessionInfo's id/secret): take the first present.
     for n in names:
-        v = getattr(info, n, None)
+        v = info.get(n)
         if v is not None:
             return str(v)
-    raise AttributeError(f"SessionInfo has none of {names}")
+    raise KeyError(f"the session answer has none of {names}: {sorted(info)}")

@@ -28,7 +28,13 @@ async def wire_frames(work: Path, out: Corpus) -> None:
     import zmq
     import zmq.asyncio
 
-    from tracewire.serve import PROTOCOL_VERSION, EnvServer, InlinePool, ServerConfig
+    from tracewire.serve import (
+        PROTOCOL_VERSION,
+        EnvClient,
+        EnvServer,
+        InlinePool,
+        ServerConfig,
+    )
     from tracewire.store import Run
     from tracewire.trace import SCHEMA_VERSION
 
@@ -59,6 +65,16 @@ async def wire_frames(work: Path, out: Corpus) -> None:
             out[f"wire/{case}.msgs"] = msgspec.msgpack.encode(messages)
             if body.get("keep_frames"):
                 await run.append_frames(messages[-1][1:])  # stored as received
+        # The public client on the direct path (the worker sends to the client's own PULL
+        # socket): the whole episode's frames as RunResult.frames hands them over.
+        async with EnvClient(server.address) as client:
+            det.reseed("wire/client-episode")
+            got = await client.run({"key": "d", "turns": 3, "tokens": 16}, keep_frames=True,
+                                   request_id="rid-client-episode")
+            assert got.frames is not None
+            out["wire/client-episode.msgs"] = msgspec.msgpack.encode(
+                [[b"", *[bytes(f) for f in got.frames]]])
+            await run.append_frames(got.frames)
     finally:
         await run.close()
         sock.close()

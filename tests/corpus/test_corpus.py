@@ -2,8 +2,9 @@
 corpus (``_make``, in a child process, since it fixes the clock and the id source of the
 process it runs in) and every byte must equal the golden files made from commit e666288.
 
-The other tests prove the comparer sees what it must: one flipped logprob bit, one frame
-byte, one payload bit, one index value, a lost or a new file. After a deliberate format
+The other tests prove the comparer sees what it must and names where: one flipped logprob
+bit in a record, one frame byte, one payload bit, one index value, one SSE field, one value
+of a scrubbed record, a lost or a new file. After a deliberate format
 change: ``PYTHONPATH=src:. python -m tests.corpus._make --write`` (golden/README.md).
 """
 
@@ -135,3 +136,22 @@ def test_a_lost_or_new_file_is_a_difference(golden: dict[str, bytes]) -> None:
     assert compare(golden, lost) == ["wire/standin-episode.msgs: missing now (in golden)"]
     assert compare(golden, {**golden, "x.bin": b""}) == ["x.bin: new file (not in golden)"]
     assert compare(golden, dict(golden)) == []
+
+
+def test_one_changed_sse_event_and_scrubbed_record_are_named(golden: dict[str, bytes]) -> None:
+    name = "http/chat-1.http"
+    lines = golden[name].split(b"\n")
+    k = next(i for i, line in enumerate(lines) if b'"finish_reason":"length"' in line
+             or b'"finish_reason":"stop"' in line)
+    changed = lines[k].replace(b'"finish_reason":"', b'"finish_reason":"x', 1)
+    body = b"\n".join([*lines[:k], changed, *lines[k + 1:]])
+    problems = compare(golden, {**golden, name: body})
+    assert len(problems) == 1 and problems[0].startswith(f"{name}: line {k + 1}: "), problems
+    assert "finish_reason: " in problems[0] and "!= 'x" in problems[0], problems
+
+    name = "records-scrubbed/command-s0/records.msgpack"
+    records = msgspec.msgpack.decode(golden[name])
+    records[1][1]["traces"][0]["info"]["command"]["exit_code"] = 1
+    problems = compare(golden, {**golden, name: msgspec.msgpack.encode(records)})
+    assert problems == [f"{name}: record 1 (task {records[1][1]['task_key']!r}): "
+                        "header.traces[0].info.command.exit_code: 0 != 1"], problems

@@ -7,6 +7,7 @@ import asyncio
 import os
 import secrets
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -40,6 +41,24 @@ async def test_exec_env_files_and_cleanup() -> None:
     await rt.close()
     with pytest.raises(SandboxError):
         await rt.exec(["true"])
+
+
+async def test_the_agent_is_told_the_session_id_as_the_endpoint_names_it() -> None:
+    ep = ProxyEndpoint("127.0.0.1", 4321, "sid1", "tw-secret")
+    async with LocalRuntime(endpoint=ep) as rt:
+        res = await rt.exec(["/bin/sh", "-c", 'printf "%s" "$TRACEWIRE_SESSION"'])
+    assert res.stdout == b"sid1"
+
+
+def test_endpoint_session_id_is_a_deprecated_name_of_id() -> None:
+    # One name per thing: ``id`` as on proxy.Session and sessions.SessionInfo.
+    ep = ProxyEndpoint.from_session(SimpleNamespace(
+        base_url="http://10.0.0.2:8123/sessions/s-7/v1", id="s-7", secret="k"))
+    assert (ep.host, ep.port, ep.id, ep.secret) == ("10.0.0.2", 8123, "s-7", "k")
+    assert ep.on_loopback().id == "s-7"
+    with pytest.warns(DeprecationWarning, match=r"ProxyEndpoint\.session_id is now "
+                                                  r"ProxyEndpoint\.id"):
+        assert ep.session_id == "s-7"
 
 
 async def test_file_paths_stay_inside_the_workdir(tmp_path: Path) -> None:

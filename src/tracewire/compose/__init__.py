@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from ._cli_demo import DEMO_COMMAND
     from ._cli_eval import EVAL_COMMAND
     from ._cli_proxy import PROXY_COMMAND, TOKEN_IN_UPSTREAM
-    from ._cli_serve import SERVE_COMMAND
+    from ._cli_serve import ENV_MODEL_OPTIONS, SERVE_COMMAND
     from ._envrunner import env_factory
     from ._evaluate import EvalResult, default_run_dir, evaluate, evaluate_plan
     from ._options import BACKENDS, RUNTIMES, Backend, RolloutPlan
@@ -42,6 +42,7 @@ if TYPE_CHECKING:
 _LAZY: dict[str, str] = {
     "BACKENDS": "._options",
     "DEMO_COMMAND": "._cli_demo",
+    "ENV_MODEL_OPTIONS": "._cli_serve",
     "EVAL_COMMAND": "._cli_eval",
     "PROXY_COMMAND": "._cli_proxy",
     "SERVE_COMMAND": "._cli_serve",
@@ -75,6 +76,7 @@ _LAZY: dict[str, str] = {
 __all__ = [
     "BACKENDS",
     "DEMO_COMMAND",
+    "ENV_MODEL_OPTIONS",
     "EVAL_COMMAND",
     "PROXY_COMMAND",
     "RUNTIMES",

@@ -29,7 +29,7 @@ from ..serve import EnvClient, Runner, ServerConfig, make_pool, serve_env
 from ..store import Journal, RunWriter
 from ..trace import Episode, InfoKey, StopReason
 from ._model_server import model_server
-from ._options import Backend, RolloutPlan, ServePlan
+from ._options import DEFAULT_UPSTREAM_API, Backend, RolloutPlan, ServePlan
 from ._runtime import with_runtime
 from ._tito import make_upstream
 
@@ -83,7 +83,7 @@ async def serve_factory(env: str, options: dict[str, Any]) -> AsyncIterator[Runn
     model = str(options["model"])
     upstream = make_upstream(str(options["base_url"]), config, model=model,
                              tokenizer=str(tok) if tok else None,
-                             upstream_api=str(options.get("upstream_api") or "completions"))
+                             upstream_api=str(options.get("upstream_api") or DEFAULT_UPSTREAM_API))
     async with Proxy(upstream, config=config) as proxy:
 
         async def run(request: dict[str, Any], episode: Episode) -> None:

@@ -13,7 +13,7 @@ from .._command import Command, parse_worker_resources
 from .._errors import PlanError, TracewireError
 from ..env import load_environment
 from ..store import RunStatus
-from ._options import BACKENDS, ENGINES, RUNTIMES, UPSTREAM_APIS, Backend
+from ._options import BACKENDS, DEFAULT_UPSTREAM_API, ENGINES, RUNTIMES, UPSTREAM_APIS, Backend
 
 if TYPE_CHECKING:
     from ._plan import EvalPlan
@@ -80,7 +80,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="token-in/token-out: render prompts with this local tokenizer "
                              "directory or GGUF model file and send ids to --base-url "
                              "(needs tracewire[tito])")
-    parser.add_argument("--upstream-api", choices=UPSTREAM_APIS, default="completions",
+    parser.add_argument("--upstream-api", choices=UPSTREAM_APIS, default=DEFAULT_UPSTREAM_API,
                         help="token-in endpoint with --tokenizer (default: completions)")
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
 

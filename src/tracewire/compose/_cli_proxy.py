@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from ..proxy import ProxyConfig, Upstream, UpstreamOptions, proxy_command
-from ._options import UPSTREAM_APIS
+from ._options import DEFAULT_UPSTREAM_API, UPSTREAM_APIS
 from ._tito import make_upstream
 
 __all__ = ["PROXY_COMMAND", "TOKEN_IN_UPSTREAM"]
@@ -16,7 +16,7 @@ def _configure(parser: argparse.ArgumentParser) -> None:
                         help="local tokenizer directory or GGUF model file: render prompts "
                              "here and send token ids (token-in/token-out; needs "
                              "tracewire[tito]). Default: pass-through chat")
-    parser.add_argument("--upstream-api", choices=UPSTREAM_APIS, default="completions",
+    parser.add_argument("--upstream-api", choices=UPSTREAM_APIS, default=DEFAULT_UPSTREAM_API,
                         help="token-in endpoint with --tokenizer: vLLM /v1/completions, vLLM "
                              "/inference/v1/generate, SGLang /generate or llama-server "
                              "/completion")

@@ -31,6 +31,7 @@ async def env_factory(env: str, options: dict[str, Any]) -> AsyncIterator[Runner
     from ..env import Timeouts, load_environment, run_rollout
     from ..model import MAX_MODEL_LEN, MODEL_NAME, ModelServer
     from ..proxy import Proxy, ProxyConfig
+    from ._options import DEFAULT_UPSTREAM_API
     from ._runtime import with_runtime
     from ._tito import make_upstream
 
@@ -53,9 +54,9 @@ async def env_factory(env: str, options: dict[str, Any]) -> AsyncIterator[Runner
             base_url = server.base_url
         tok = options.get("tokenizer")
         config = ProxyConfig()
+        api = str(options.get("upstream_api") or DEFAULT_UPSTREAM_API)
         upstream = make_upstream(str(base_url), config, model=model,
-                                 tokenizer=str(tok) if tok else None,
-                                 upstream_api=str(options.get("upstream_api") or "completions"))
+                                 tokenizer=str(tok) if tok else None, upstream_api=api)
         proxy = Proxy(upstream, config=config)
         await proxy.start()
         stack.push_async_callback(proxy.stop)

@@ -13,8 +13,8 @@ from typing import Any
 
 from ..env import Timeouts
 
-__all__ = ["BACKENDS", "ENGINES", "RUNTIMES", "UPSTREAM_APIS", "Backend", "RolloutPlan",
-           "RuntimeName", "ServePlan"]
+__all__ = ["BACKENDS", "DEFAULT_UPSTREAM_API", "ENGINES", "RUNTIMES", "UPSTREAM_APIS", "Backend",
+           "RolloutPlan", "RuntimeName", "ServePlan"]
 
 
 
@@ -42,8 +42,11 @@ class RuntimeName(StrEnum):
 
 #: Every :class:`RuntimeName`, for the command line's choices.
 RUNTIMES: tuple[RuntimeName, ...] = tuple(RuntimeName)
-#: Token-in endpoints ``--upstream-api`` accepts (the values of ``tito.codecs.UpstreamApi``).
+#: Token-in endpoints ``--upstream-api`` accepts: the values of ``tito.codecs.UpstreamApi``
+#: (spelled here so the command line need not import tito; tests/test_commands.py pins it).
 UPSTREAM_APIS = ("completions", "generate", "sglang", "llamacpp")
+#: The token-in endpoint when none is named (vLLM ``/v1/completions``).
+DEFAULT_UPSTREAM_API = UPSTREAM_APIS[0]
 
 #: Local engines an eval can start (``tracewire eval --engine``); see ``_engine``.
 ENGINES = ("llamacpp",)
@@ -64,7 +67,7 @@ class RolloutPlan:
     #: (a ``tito.codecs.UpstreamApi`` value, see ``make_upstream``); None keeps the chat
     #: pass-through.
     tokenizer: str | None = None
-    upstream_api: str = "completions"
+    upstream_api: str = DEFAULT_UPSTREAM_API
     #: A local engine to start for the eval (one of ``ENGINES``) on ``engine_model`` (a GGUF
     #: file; None: the bundled one) with ``engine_parallel`` slots; it replaces
     #: ``base_url`` and serves token-in/token-out with the GGUF as tokenizer.

@@ -19,7 +19,7 @@ from typing import Any, TypedDict
 
 from .._errors import PlanError, PlanTypeError
 from ..env import Environment, RuntimeFactory, Timeouts
-from ._options import BACKENDS, ENGINES, RUNTIMES, UPSTREAM_APIS, Backend
+from ._options import BACKENDS, DEFAULT_UPSTREAM_API, ENGINES, RUNTIMES, UPSTREAM_APIS, Backend
 
 __all__ = ["EvalOptions", "EvalPlan", "ModelOptions", "OutputOptions", "PlacementOptions",
            "SamplingOptions", "SandboxOptions", "ScaleOptions"]
@@ -85,7 +85,7 @@ class ModelOptions:
     api_key: str | None = None
     max_model_len: int | None = None
     tokenizer: str | None = None
-    upstream_api: str = "completions"
+    upstream_api: str = DEFAULT_UPSTREAM_API
     engine: str | None = None
 
     def __post_init__(self) -> None:

@@ -9,12 +9,13 @@ only when a tokenizer is asked for.
 from __future__ import annotations
 
 from ..proxy import ProxyConfig, Upstream
+from ._options import DEFAULT_UPSTREAM_API
 
 __all__ = ["make_upstream"]
 
 
 def make_upstream(url: str, config: ProxyConfig | None = None, *, model: str = "",
-                  tokenizer: str | None = None, upstream_api: str = "completions"
+                  tokenizer: str | None = None, upstream_api: str = DEFAULT_UPSTREAM_API
                   ) -> str | Upstream:
     """``url`` itself (pass-through) unless ``tokenizer`` names a tokenizer directory or
     GGUF file; then a :class:`~tracewire.tito.TokenUpstream` asking the server at ``url`` on

@@ -1,20 +1,18 @@
-"""Anthropic Messages <-> chat completions: requests, replies, stream events, token counts."""
+"""The parse step of an Anthropic Messages turn: the request translated to chat completions
+(also what ``count_tokens`` counts). Its answer side is mixed in from ``_anthropic_render``."""
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Mapping
 from typing import Any
 
 import orjson
 
 from ..trace import Endpoint
-from ._dialect import Adapter, up_from_dict
-from ._http import BadRequest, Dialect, sse
-from ._rawjson import RawSpan
-from ._render import Streamer
+from ._adapter import Adapter, up_from_dict
+from ._anthropic_render import AnthropicReplies
+from ._http import BadRequest, Dialect
 from ._request import HarnessRequest
-from ._turn_types import Outcome
 from ._validate import (
     check_depth,
     exact_arguments,
@@ -30,10 +28,6 @@ from ._validate import (
 )
 
 __all__ = ["AnthropicAdapter"]
-
-_STOP = {"stop": "end_turn", "tool_calls": "tool_use", "length": "max_tokens",
-         "content_filter": "refusal"}
-
 
 def _text(content: Any, where: str) -> str:
     """A string, or the text of a list of text blocks (other block kinds are refused)."""
@@ -228,95 +222,7 @@ def parse(body: bytes, tool_args: Mapping[str, str] | None = None) -> HarnessReq
     return up_from_dict(to_chat(d, tool_args), d, body)
 
 
-def _blocks(out: Outcome) -> list[dict[str, Any]]:
-    ch = out.choices[0] if out.choices else None
-    blocks: list[dict[str, Any]] = []
-    if ch is None:
-        return blocks
-    if ch.content:
-        blocks.append({"type": "text", "text": ch.content})
-    for tc in ch.tool_calls:
-        try:
-            args = orjson.loads(tc.arguments or "{}")
-        except orjson.JSONDecodeError:
-            args = {"_raw": tc.arguments}
-        blocks.append({"type": "tool_use", "id": tc.id, "name": tc.name, "input": args})
-    return blocks
-
-
-def _usage(out: Outcome) -> dict[str, int]:
-    return {"input_tokens": out.usage.get("prompt_tokens", 0),
-            "output_tokens": out.usage.get("completion_tokens", 0)}
-
-
-class _AnthropicStreamer(Streamer):
-    dialect = Dialect.ANTHROPIC
-    keepalive = sse({"type": "ping"}, "ping")
-
-    def __init__(self, up: HarnessRequest) -> None:
-        self.model = up.model
-        self.id = "msg_" + uuid.uuid4().hex[:24]
-        self.block = -1
-        self.kind: str | None = None
-        self.tool_index: int | None = None
-
-    def start(self) -> bytes:
-        return sse({"type": "message_start", "message": {
-            "id": self.id, "type": "message", "role": "assistant", "model": self.model,
-            "content": [], "stop_reason": None, "stop_sequence": None,
-            "usage": {"input_tokens": 0, "output_tokens": 0}}}, "message_start")
-
-    def _open(self, kind: str, block: dict[str, Any]) -> bytes:
-        b = self._close()
-        self.block += 1
-        self.kind = kind
-        return b + sse({"type": "content_block_start", "index": self.block,
-                        "content_block": block}, "content_block_start")
-
-    def _close(self) -> bytes:
-        if self.kind is None:
-            return b""
-        self.kind = None
-        return sse({"type": "content_block_stop", "index": self.block}, "content_block_stop")
-
-    def _delta(self, delta: dict[str, Any]) -> bytes:
-        return sse({"type": "content_block_delta", "index": self.block, "delta": delta},
-                   "content_block_delta")
-
-    def chunk(self, line: bytes, d: dict[str, Any], span: RawSpan | None = None) -> bytes:
-        out = b""
-        for ch in d.get("choices") or ():
-            if ch.get("index", 0) != 0:
-                continue
-            delta = ch.get("delta") or {}
-            text = delta.get("content")
-            if isinstance(text, str) and text:
-                if self.kind != "text":
-                    out += self._open("text", {"type": "text", "text": ""})
-                out += self._delta({"type": "text_delta", "text": text})
-            for tc in delta.get("tool_calls") or ():
-                idx = int(tc.get("index", 0))
-                fn = tc.get("function") or {}
-                if self.kind != "tool" or idx != self.tool_index:
-                    self.tool_index = idx
-                    out += self._open("tool", {"type": "tool_use", "id": str(tc.get("id", "")),
-                                               "name": str(fn.get("name", "")), "input": {}})
-                if fn.get("arguments"):
-                    out += self._delta({"type": "input_json_delta",
-                                        "partial_json": str(fn["arguments"])})
-        return out
-
-    def done(self, out: Outcome) -> bytes:
-        ch = out.choices[0]
-        return self._close() + sse({
-            "type": "message_delta",
-            "delta": {"stop_reason": _STOP.get(ch.finish_reason or "stop", "end_turn"),
-                      "stop_sequence": None},
-            "usage": _usage(out)}, "message_delta") + sse(
-            {"type": "message_stop"}, "message_stop")
-
-
-class AnthropicAdapter(Adapter):
+class AnthropicAdapter(AnthropicReplies, Adapter):
     """Anthropic Messages, translated to chat completions upstream and back."""
 
     endpoint = Endpoint.MESSAGES
@@ -324,15 +230,3 @@ class AnthropicAdapter(Adapter):
 
     def parse(self, body: bytes, tool_args: Mapping[str, str] | None = None) -> HarnessRequest:
         return parse(body, tool_args)
-
-    def reply(self, up: HarnessRequest, d: dict[str, Any], out: Outcome,
-              raw: bytes | None) -> bytes:
-        ch = out.choices[0] if out.choices else None
-        return orjson.dumps({
-            "id": "msg_" + uuid.uuid4().hex[:24], "type": "message", "role": "assistant",
-            "model": out.model or up.model, "content": _blocks(out),
-            "stop_reason": _STOP.get((ch.finish_reason if ch else None) or "stop", "end_turn"),
-            "stop_sequence": None, "usage": _usage(out)})
-
-    def streamer(self, up: HarnessRequest) -> Streamer:
-        return _AnthropicStreamer(up)

@@ -1,60 +1,45 @@
-"""The parse step of a turn: endpoint adapters turn a harness request body into a
-:class:`~tracewire.proxy._request.HarnessRequest` (OpenAI chat is split without decoding its
-messages, and spliced onto the session's last request when it extends it byte for byte; see
-``_anthropic`` and ``_responses`` for the translated dialects). Each adapter also renders
-answers: the chat adapter's answer side lives in ``_render``."""
+"""The parse step of an OpenAI chat turn: :class:`ChatAdapter` turns a chat-completions body
+into a :class:`~tracewire.proxy._request.HarnessRequest`, split without decoding its
+messages, and spliced onto the session's last request when it extends it byte for byte.
+Its answer side is mixed in from ``_render``; the translated dialects parse in ``_anthropic``
+and ``_responses``, all against the interface in ``_adapter``."""
 
 from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any
 
 import msgspec
 
 from ..trace import Endpoint
+from ._adapter import SAMPLING_KEYS, Adapter, Spliced, read_scalars
 from ._http import BadRequest, Dialect
 from ._rawjson import SENTINEL_JSON, RawSpan, find_value, skip_ws
-from ._render import ChatReplies, Streamer
+from ._render import ChatReplies
 from ._request import HarnessRequest
-from ._turn_types import Outcome, RequestCache, raw_hash
-from ._validate import check_depth, fail, load_json, type_name
+from ._turn_types import RequestCache, raw_hash
+from ._validate import load_json
 
-__all__ = ["SAMPLING_KEYS", "Adapter", "ChatAdapter", "Spliced", "parse_chat_bytes",
-           "up_from_dict"]
+__all__ = ["ChatAdapter", "parse_chat_bytes", "parse_spliced", "splice_chat"]
 
-SAMPLING_KEYS = (
-    "temperature", "top_p", "top_k", "min_p", "max_tokens", "max_completion_tokens", "n",
-    "seed", "stop", "presence_penalty", "frequency_penalty", "repetition_penalty",
-    "logprobs", "top_logprobs", "tool_choice",
-)
 _Top = dict[str, msgspec.Raw]
 _decode_top = msgspec.json.Decoder(_Top).decode
 _decode_list = msgspec.json.Decoder(list[msgspec.Raw]).decode
 _CLOSE = 0x5D
 
 
-def _scalars(up: HarnessRequest, get: Any) -> None:
-    up.stream = bool(get("stream"))
-    model = get("model")
-    if model is not None and not isinstance(model, str):
-        fail("model", f"must be a string, got {type_name(model)}")
-    up.model = model or ""
-    up.sampling = {k: v for k in SAMPLING_KEYS if (v := get(k)) is not None}
-    for k, v in up.sampling.items():  # recorded on the Call
-        check_depth(v, k)
+#: The top-level values the chat parse reads, in the order they are decoded.
+_READ = ("stream", "model", *SAMPLING_KEYS, "return_token_ids", "stream_options")
 
 
 def _finish(up: HarnessRequest, tb: dict[str, bytes]) -> HarnessRequest:
-    def get(k: str) -> Any:
-        v = tb.get(k)
-        return None if v is None else load_json(v, k)
-
-    _scalars(up, get)
-    up.want_ids = bool(get("return_token_ids"))
-    up.want_logprobs = bool(get("logprobs"))
-    opts = get("stream_options")
+    # Decoded here, so the shared reader is handed plain values rather than a callback
+    # into this module (a step's helper never calls back into the step).
+    vals = {k: load_json(v, k) for k in _READ if (v := tb.get(k)) is not None}
+    read_scalars(up, vals.get)
+    up.want_ids = bool(vals.get("return_token_ids"))
+    up.want_logprobs = bool(vals.get("logprobs"))
+    opts = vals.get("stream_options")
     up.want_usage = isinstance(opts, dict) and bool(opts.get("include_usage"))
     rest = b"".join(v for k, v in sorted(tb.items()) if k != "messages")
     up.retry_material = up.hasher.digest() + rest
@@ -87,18 +72,6 @@ def parse_chat_bytes(body: bytes) -> HarnessRequest:
     up = HarnessRequest(top=tb, raws=rb, hashes=hashes, hasher=hasher,
                msgs_span=_messages_span(body, tb["messages"]), raw_body=body)
     return _finish(up, tb)
-
-
-@dataclass(slots=True)
-class Spliced:
-    """A chat body whose messages start with the cached request's messages: ``rest`` is the
-    body with that prefix replaced by the placeholder (small: only the new messages)."""
-
-    body: bytes
-    rest: bytes
-    start: int  # offset of the messages array in body
-    after: int  # offset in body of what follows the cached prefix ("," or "]")
-    cache: RequestCache
 
 
 def splice_chat(body: bytes, cache: RequestCache | None) -> Spliced | None:
@@ -140,47 +113,6 @@ def parse_spliced(sp: Spliced) -> HarnessRequest | None:
                base=sp.cache.node, msgs_span=RawSpan(sp.body, sp.start, end),
                raw_body=sp.body)
     return _finish(up, tb)
-
-
-def up_from_dict(body: dict[str, Any], original: dict[str, Any], raw: bytes) -> HarnessRequest:
-    """An :class:`HarnessRequest` for a translated request."""
-    up = HarnessRequest(body=body, original=original, retry_material=raw)
-    _scalars(up, body.get)
-    return up
-
-
-class Adapter:
-    """One endpoint: parse, render a full reply, make a streamer."""
-
-    endpoint = Endpoint.CHAT
-    dialect = Dialect.OPENAI
-
-    def __init__(self, token_fields: dict[str, Any]) -> None:
-        #: Extra upstream request fields that ask for token ids and logprobs.
-        self.token_fields = token_fields
-
-    def parse(self, body: bytes, tool_args: Mapping[str, str] | None = None) -> HarnessRequest:
-        """Parse (and translate) a harness request body; ``BadRequest`` if malformed.
-        ``tool_args`` maps tool-call ids to the arguments text the model produced, so a
-        translated dialect echoes a tool call back as that text."""
-        raise NotImplementedError
-
-    def splice(self, body: bytes, cache: RequestCache | None) -> Spliced | None:
-        """The cheap known-prefix check (chat pass-through only)."""
-        return None
-
-    def parse_spliced(self, sp: Spliced) -> HarnessRequest | None:
-        """Parse a body :meth:`splice` accepted (None: parse it in full instead)."""
-        return None
-
-    def reply(self, up: HarnessRequest, d: dict[str, Any], out: Outcome,
-              raw: bytes | None) -> bytes:
-        """The non-streamed answer body for the harness."""
-        raise NotImplementedError
-
-    def streamer(self, up: HarnessRequest) -> Streamer:
-        """A streamer for one streamed answer."""
-        raise NotImplementedError
 
 
 class ChatAdapter(ChatReplies, Adapter):

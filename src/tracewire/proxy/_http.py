@@ -130,7 +130,7 @@ async def send_buffers(request: web.Request, parts: Sequence[bytes | memoryview]
 def error_body(dialect: Dialect, status: int, message: str,
                code: str | None = None) -> dict[str, Any]:
     """The error object a client of ``dialect`` expects."""
-    if dialect is Dialect.ANTHROPIC:
+    if dialect == Dialect.ANTHROPIC:
         return {"type": "error",
                 "error": {"type": _ANTHROPIC_TYPES.get(status, "api_error"), "message": message}}
     return {"error": {"message": message, "type": _OPENAI_TYPES.get(status, "api_error"),
@@ -156,6 +156,6 @@ def sse(data: Any, event: str | None = None) -> bytes:
 
 def sse_error(dialect: Dialect, message: str) -> bytes:
     """An in-stream error event in the dialect's form."""
-    if dialect is Dialect.ANTHROPIC:
+    if dialect == Dialect.ANTHROPIC:
         return sse(error_body(Dialect.ANTHROPIC, 502, message), "error")
     return sse(error_body(Dialect.OPENAI, 502, message))

@@ -1,18 +1,19 @@
-"""The render step of a turn: the harness's answer from the upstream's, for the OpenAI chat
-pass-through (the upstream's own body, less the token fields the proxy added), plus the
-:class:`Streamer` interface every dialect's streamed answers implement. The translated
-dialects render in their own modules (``_anthropic``, ``_responses``)."""
+"""The render step of an OpenAI chat turn: the harness's answer from the upstream's (the
+upstream's own body, less the token fields the proxy added), whole or streamed. The
+translated dialects render in their own modules (``_anthropic_render``,
+``_responses_render``)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from ._http import Dialect, sse
+from ._adapter import Streamer
+from ._http import sse
 from ._rawjson import RawSpan, render
 from ._request import HarnessRequest
 from ._turn_types import Outcome
 
-__all__ = ["ChatReplies", "Streamer", "strip_added"]
+__all__ = ["ChatReplies", "strip_added"]
 
 
 def strip_added(d: dict[str, Any], *, ids: bool, logprobs: bool) -> None:
@@ -29,27 +30,6 @@ def strip_added(d: dict[str, Any], *, ids: bool, logprobs: bool) -> None:
             ch.pop("token_ids", None)
         if logprobs and "logprobs" in ch:
             ch["logprobs"] = None
-
-
-
-class Streamer:
-    """Turns upstream chat chunks into the harness's stream format."""
-
-    dialect = Dialect.OPENAI
-    keepalive = b": keepalive\n\n"
-
-    def start(self) -> bytes:
-        """Bytes opening the stream (written once the response is prepared)."""
-        return b""
-
-    def chunk(self, line: bytes, d: dict[str, Any], span: RawSpan | None = None) -> bytes:
-        """Bytes to relay for one upstream data line (parsed as ``d``; ``span``: where its
-        prompt ids lie when ``d`` holds the placeholder)."""
-        raise NotImplementedError
-
-    def done(self, out: Outcome) -> bytes:
-        """Bytes closing the stream after the turn committed."""
-        raise NotImplementedError
 
 
 #: How servers write the usage marker after another member (quotes inside JSON strings

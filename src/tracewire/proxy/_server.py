@@ -17,9 +17,10 @@ from .._errors import ProxyError, SessionError, UpstreamError
 from .._memory import tune_allocator
 from ..sessions import SessionSpec, token_from_env
 from ..trace import Endpoint, Trace
+from ._adapter import Adapter
 from ._anthropic import AnthropicAdapter
 from ._config import ProxyConfig
-from ._dialect import Adapter, ChatAdapter
+from ._dialect import ChatAdapter
 from ._http import (
     BadRequest,
     Dialect,

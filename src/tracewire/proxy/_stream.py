@@ -11,9 +11,9 @@ from collections.abc import AsyncIterator
 
 from aiohttp import web
 
+from ._adapter import Streamer
 from ._http import Dialect, sse_error
 from ._rawjson import RawSpan
-from ._render import Streamer
 from ._reply import StreamAccumulator
 from ._turn_types import Outcome
 from ._upstream_api import StreamChunk

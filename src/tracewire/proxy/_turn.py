@@ -1,9 +1,10 @@
 """The turn pipeline: one harness request from its body to a committed (or failed) turn.
 
 :class:`TurnPipeline` runs the steps in order, each in its own module and called only from
-here: parse (``_dialect``), match (``_match``), ask the upstream (the
-:class:`~tracewire.proxy.Upstream`), read its answer (``_reply``), render the harness's
-answer (``_render``, or the translated dialect's module), commit (``_commit``). A streamed
+here: parse (``_dialect``; ``_anthropic``, ``_responses`` for the translated dialects), match
+(``_match``), ask the upstream (the :class:`~tracewire.proxy.Upstream`), read its answer
+(``_reply``), render the harness's answer (``_render``; ``_anthropic_render``,
+``_responses_render``), commit (``_commit``). A streamed
 turn runs the same parse, match and commit; its ask, read and render happen per chunk in
 ``_stream``. :class:`Turn` is one exchange's state between the steps. The sequence is
 written down, and checked by a test, in docs/ARCHITECTURE.md ("One turn, one pass").
@@ -25,8 +26,8 @@ from .._errors import UpstreamError
 from ..samples import hook_name
 from ..trace import Call, Span
 from . import _commit
+from ._adapter import Adapter
 from ._config import ProxyConfig
-from ._dialect import Adapter
 from ._http import BadRequest, error_response
 from ._match import context, match
 from ._offload import offload

@@ -20,6 +20,7 @@ import dataclasses
 import os
 import time
 import urllib.parse
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -93,11 +94,12 @@ class Limits:
 
 @dataclass(frozen=True)
 class ProxyEndpoint:
-    """The one place a sandboxed agent may talk to: a proxy session at ``host:port``."""
+    """The one place a sandboxed agent may talk to: a proxy session at ``host:port``, its
+    ``id`` and ``secret`` (the names of ``proxy.Session`` and ``sessions.SessionInfo``)."""
 
     host: str
     port: int
-    session_id: str
+    id: str
     secret: str = ""
 
     @classmethod
@@ -111,12 +113,19 @@ class ProxyEndpoint:
     @property
     def base_url(self) -> str:
         """The session's OpenAI base URL (``…/sessions/<id>/v1``)."""
-        return f"http://{self.host}:{self.port}/sessions/{self.session_id}/v1"
+        return f"http://{self.host}:{self.port}/sessions/{self.id}/v1"
 
     @property
     def anthropic_base_url(self) -> str:
         """The session's Anthropic base URL (``…/sessions/<id>``)."""
-        return f"http://{self.host}:{self.port}/sessions/{self.session_id}"
+        return f"http://{self.host}:{self.port}/sessions/{self.id}"
+
+    @property
+    def session_id(self) -> str:
+        """Deprecated name of :attr:`id` (kept for one release)."""
+        warnings.warn("ProxyEndpoint.session_id is now ProxyEndpoint.id; the old name goes "
+                      "in the next release", DeprecationWarning, stacklevel=2)
+        return self.id
 
     def on_loopback(self) -> ProxyEndpoint:
         """The same session as a sandbox's agent reaches it: ``127.0.0.1:<port>``."""
@@ -310,7 +319,7 @@ class Runtime(abc.ABC):
         if e is not None:
             env.update(
                 OPENAI_BASE_URL=e.base_url, ANTHROPIC_BASE_URL=e.anthropic_base_url,
-                TRACEWIRE_SESSION=e.session_id,
+                TRACEWIRE_SESSION=e.id,
             )
             if e.secret:
                 env.update(OPENAI_API_KEY=e.secret, ANTHROPIC_API_KEY=e.secret)

@@ -1,7 +1,10 @@
 """The ``docker`` runtime (also podman): one container per rollout, ``--network none``, the
 same Unix-socket relay as ``bwrap`` as the container's only way out, limits from the
 engine (``--memory``, ``--pids-limit``, ulimits), and ``rm -f`` of the container on every
-path out.
+path out. A harness that dies without closing (SIGKILL included) leaves its container
+running: each container is labelled with its owner (``_reap.py``), and the next boot, or
+the dead harness's janitor, removes those whose owner is gone, with their state
+directories (``$TMPDIR/tw-docker-*``, held by an owner lock like bwrap's).
 
 The container's main process is the relay launcher (``python3 /run/tracewire/launch.py``),
 so the image needs a ``python3`` (any 3.8+, stdlib only); commands run with ``exec``. No
@@ -30,6 +33,7 @@ from typing import Any
 
 from ._api import ExecResult, RuntimeUnavailable
 from ._proc import run_process
+from ._reap import DOCKER_PREFIX, Marker, owner_labels, start_janitor
 from ._sandbox import INSIDE_RUN, INSIDE_WORKDIR, LAUNCH, SIGNAL_LIMITS, SandboxRuntime
 
 __all__ = ["DockerRuntime", "docker_usable"]
@@ -90,6 +94,7 @@ class DockerRuntime(SandboxRuntime):
         self.run_args = list(run_args)
         self.container = "tracewire-" + secrets.token_hex(6)
         self._started = False
+        self._marker: Marker | None = None
 
     def run_argv(self) -> list[str]:
         """The ``docker run …`` command line that starts the container."""
@@ -101,6 +106,8 @@ class DockerRuntime(SandboxRuntime):
              "-v", f"{self._state / 'work'}:{INSIDE_WORKDIR}",
              "-v", f"{self._state / 'run'}:{INSIDE_RUN}:ro", "-w", INSIDE_WORKDIR,
              "--label", "tracewire.runtime=1", "--entrypoint", self.python]
+        for k, v in owner_labels(self._state).items():
+            a += ["--label", f"{k}={v}"]
         if lim.memory_bytes is not None:
             a += ["--memory", str(lim.memory_bytes), "--memory-swap", str(lim.memory_bytes)]
         if lim.processes is not None:
@@ -116,9 +123,16 @@ class DockerRuntime(SandboxRuntime):
         return [*a, *self.run_args, self.image, *self.launcher_args()]
 
     async def _boot(self) -> None:
-        if shutil.which(self.engine) is None:
+        engine = shutil.which(self.engine)
+        if engine is None:
             raise RuntimeUnavailable(f"{self.engine} is not installed")
-        self._state = Path(await asyncio.to_thread(tempfile.mkdtemp, prefix="tw-docker-"))
+        tmp = tempfile.gettempdir()
+        # Containers and directories of harnesses that died go first; a janitor removes
+        # this process's own if it dies in turn.
+        await asyncio.to_thread(start_janitor, tmp, engine)
+        self._state = Path(await asyncio.to_thread(tempfile.mkdtemp, prefix=DOCKER_PREFIX,
+                                                   dir=tmp))
+        self._marker = await asyncio.to_thread(Marker, self._state)
         await asyncio.to_thread(self._make_dirs, self._state)
         await self._start_relay()
         if self._relay is not None:
@@ -168,3 +182,6 @@ class DockerRuntime(SandboxRuntime):
         if self._state is not None:
             await asyncio.to_thread(shutil.rmtree, self._state, True)
             self._state = None
+        if self._marker is not None:
+            self._marker.release()
+            self._marker = None

@@ -47,7 +47,7 @@ class SessionRelay:
                  max_connections: int = 64) -> None:
         self.endpoint = endpoint
         self.socket_path = str(socket_path)
-        sid = re.escape(endpoint.session_id)
+        sid = re.escape(endpoint.id)
         self._allowed = re.compile(rf"^(?:/sessions/{sid})?{_PATH}{_QUERY}$".encode())
         self._probe = re.compile(rf"^/sessions/{sid}/?$".encode())
         self._secret = endpoint.secret.encode()

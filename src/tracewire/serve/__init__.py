@@ -8,13 +8,14 @@ wire protocol is described in :mod:`tracewire.serve._protocol`.
 """
 
 from ._broker import EnvServer
-from ._cli import COMMAND, serve_command
-from ._client import DEFAULT_TIMEOUT, EnvClient, OnDelta, RunResult
+from ._cli import COMMAND, RunnerOptions, serve_command
+from ._client import DEFAULT_TIMEOUT, EnvClient
 from ._config import DEFAULT_ADDRESS, ServerConfig
 from ._open import WORKER_BACKENDS, WorkerBackend, make_pool, serve_env
 from ._pool import InlinePool, LocalProcessPool, WorkerHandle, WorkerPool
 from ._protocol import PROTOCOL_VERSION
 from ._ray import RayPool
+from ._requests import OnDelta, RunResult
 from ._runner import (
     Runner,
     RunnerFactory,
@@ -39,6 +40,7 @@ __all__ = [
     "RunResult",
     "Runner",
     "RunnerFactory",
+    "RunnerOptions",
     "ServerConfig",
     "WorkerBackend",
     "WorkerHandle",

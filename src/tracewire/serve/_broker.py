@@ -35,6 +35,7 @@ from ._protocol import (
     PROTOCOL_VERSION,
     REQUESTS,
     JobKind,
+    Kind,
     decode_envelope,
     encode_envelope,
     error_body,
@@ -190,7 +191,7 @@ class EnvServer:
     def reachable(self, w: WorkerState) -> bool:
         """False when the connection to ``w`` is gone (its process or node died)."""
         try:
-            self._back_io.send([w.id.encode(), encode_envelope("probe", "")])
+            self._back_io.send([w.id.encode(), encode_envelope(Kind.PROBE, "")])
         except zmq.ZMQError as exc:
             return exc.errno != zmq.EHOSTUNREACH  # a full queue is a slow worker, not a gone one
         return True
@@ -261,55 +262,56 @@ class EnvServer:
                 raise ProtocolError(f"unknown request kind {env.kind!r}")
         except ProtocolError as exc:
             self.counters["protocol_errors"] += 1
-            self.answer(client, "error", getattr(exc, "rid", ""), error_body(exc))
+            self.answer(client, Kind.ERROR, getattr(exc, "rid", ""), error_body(exc))
             return
         rid, body = env.rid, env.body
-        if env.kind == "hb":
+        if env.kind == Kind.HB:
             return  # a sign of life, already noted; never answered
-        if env.kind == "hello":
-            self.answer(client, "reply", rid, {"proto": PROTOCOL_VERSION, "schema": SCHEMA_VERSION,
-                                               "env": self.env, "loopback": self._loopback})
-        elif env.kind == "health":
-            self.answer(client, "reply", rid, self.health())
-        elif env.kind == "stats":
-            self.answer(client, "reply", rid, self.stats())
-        elif env.kind == "cancel":
+        if env.kind == Kind.HELLO:
+            self.answer(client, Kind.REPLY, rid, {
+                "proto": PROTOCOL_VERSION, "schema": SCHEMA_VERSION, "env": self.env,
+                "loopback": self._loopback})
+        elif env.kind == Kind.HEALTH:
+            self.answer(client, Kind.REPLY, rid, self.health())
+        elif env.kind == Kind.STATS:
+            self.answer(client, Kind.REPLY, rid, self.stats())
+        elif env.kind == Kind.CANCEL:
             target = str(body.get("target", ""))
-            self.answer(client, "reply", rid, {"cancelled": self._jobs.cancel(client, target)})
+            self.answer(client, Kind.REPLY, rid, {"cancelled": self._jobs.cancel(client, target)})
         else:
             self._submit(client, rid, env.kind, body)
 
     def _submit(self, client: bytes, rid: str, kind: str, body: dict[str, Any]) -> None:
         cfg = self.config
         task = body.get("task")
-        r = body.get("r", 1) if kind == "run_group" else 1
+        r = body.get("r", 1) if kind == Kind.RUN_GROUP else 1
         if not isinstance(task, dict) or not isinstance(r, int) or not 1 <= r <= cfg.max_group:
             self.counters["protocol_errors"] += 1
-            self.answer(client, "error", rid, error_body(ProtocolError(
+            self.answer(client, Kind.ERROR, rid, error_body(ProtocolError(
                 f"{kind} needs a task map and 1 <= r <= {cfg.max_group}")))
             return
         data = body.get("data")
         if data is not None and not valid_data_address(data):
             self.counters["protocol_errors"] += 1
-            self.answer(client, "error", rid, error_body(ProtocolError(
+            self.answer(client, Kind.ERROR, rid, error_body(ProtocolError(
                 f"data address {data!r} is not a loopback tcp:// or an ipc:// address")))
             return
         if self.stopping:
-            self.answer(client, "error", rid, error_body(ServeError("server is shutting down")))
+            self.answer(client, Kind.ERROR, rid, error_body(ServeError("server is shutting down")))
             return
         jobs = self._jobs
         if (client, rid) in jobs.requests:
-            self.answer(client, "error", rid, error_body(ProtocolError(
+            self.answer(client, Kind.ERROR, rid, error_body(ProtocolError(
                 f"request id {rid!r} is already in use")))
             return
         if not jobs.has_room(r):
             self.counters["busy"] += 1
-            self.answer(client, "error", rid, error_body(BusyError(
+            self.answer(client, Kind.ERROR, rid, error_body(BusyError(
                 f"server busy: {jobs.inflight} runs in flight (max {cfg.max_inflight}), "
                 f"{len(jobs.queue)} queued (max {cfg.max_queue})")))
             return
         self.counters["runs"] += 1
-        group_id = (body.get("group_id") or new_id()) if kind == "run_group" else None
+        group_id = (body.get("group_id") or new_id()) if kind == Kind.RUN_GROUP else None
         job_body = {"task": task, "group_id": group_id, "stream": bool(body.get("stream", True)),
                     "keep_frames": bool(body.get("keep_frames", False))}
         data_key = body.get("data_key")

@@ -8,6 +8,8 @@ import contextlib
 import functools
 import signal
 import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import msgspec
@@ -20,13 +22,25 @@ from ._config import DEFAULT_ADDRESS, ServerConfig
 from ._open import WORKER_BACKENDS, WorkerBackend, make_pool
 from ._runner import RunnerFactory
 
-__all__ = ["COMMAND", "HELP", "configure", "run", "serve_command"]
+__all__ = ["COMMAND", "HELP", "RunnerOptions", "configure", "run", "serve_command"]
 
 HELP = "Serve an environment's rollouts over ZMQ from a pool of worker processes."
 
 
-def configure(parser: argparse.ArgumentParser) -> None:
-    """Add the ``serve`` options to ``parser``."""
+@dataclass(frozen=True)
+class RunnerOptions:
+    """How the composition root extends the command: options of its own (a model server,
+    a tokenizer and the like) added by ``configure``, and ``read(args)``, the runner
+    factory options they set (added after, and over, ``--option``'s)."""
+
+    configure: Callable[[argparse.ArgumentParser], None]
+    read: Callable[[argparse.Namespace], Mapping[str, Any]]
+
+
+def configure(parser: argparse.ArgumentParser, runner_options: RunnerOptions | None = None
+              ) -> None:
+    """Add the ``serve`` options to ``parser``, and ``runner_options``' own before
+    ``--option``."""
     d = ServerConfig()
     parser.add_argument("env", help="environment name ('standin': no model, for benchmarks)")
     parser.add_argument("--address", default=DEFAULT_ADDRESS,
@@ -81,19 +95,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
                              "a worker or client (only on a network you trust entirely)")
     parser.add_argument("--runner", default=None,
                         help="runner factory 'module:attribute' (default: by env)")
-    parser.add_argument("--base-url", default=None,
-                        help="model server for real environments (default: built-in model)")
-    parser.add_argument("--tokenizer", default=None, metavar="DIR|FILE.gguf",
-                        help="token-in/token-out with this local tokenizer directory or GGUF "
-                             "model file")
-    parser.add_argument("--upstream-api",
-                        choices=("completions", "generate", "sglang", "llamacpp"),
-                        default=None, help="token-in endpoint with --tokenizer")
+    if runner_options is not None:
+        runner_options.configure(parser)
     parser.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
                         help="option for the runner factory (value parsed as JSON if it can be)")
 
 
-def _options(args: argparse.Namespace) -> dict[str, Any]:
+def _options(args: argparse.Namespace, runner_options: RunnerOptions | None
+             ) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for item in args.option:
         key, sep, value = item.partition("=")
@@ -103,12 +112,8 @@ def _options(args: argparse.Namespace) -> dict[str, Any]:
             out[key] = msgspec.json.decode(value)
         except msgspec.DecodeError:
             out[key] = value
-    if args.base_url:
-        out["base_url"] = args.base_url
-    if args.tokenizer:
-        out["tokenizer"] = args.tokenizer
-    if args.upstream_api:
-        out["upstream_api"] = args.upstream_api
+    if runner_options is not None:
+        out.update(runner_options.read(args))
     return out
 
 
@@ -119,9 +124,10 @@ def _client_keys(path: str | None) -> list[str]:
         return [line.strip() for line in f if line.strip() and not line.startswith("#")]
 
 
-async def _serve(args: argparse.Namespace, default_factory: RunnerFactory | None) -> int:
+async def _serve(args: argparse.Namespace, default_factory: RunnerFactory | None,
+                 runner_options: RunnerOptions | None) -> int:
     backend = WorkerBackend.INLINE if args.inline else WorkerBackend(args.backend)
-    hb_timeout = args.heartbeat_timeout or (2.0 if backend is WorkerBackend.RAY else
+    hb_timeout = args.heartbeat_timeout or (2.0 if backend == WorkerBackend.RAY else
                                             ServerConfig().heartbeat_timeout)
     cfg = ServerConfig(workers=args.workers, max_workers=args.max_workers,
                        max_inflight=args.max_inflight, max_queue=args.max_queue,
@@ -137,7 +143,7 @@ async def _serve(args: argparse.Namespace, default_factory: RunnerFactory | None
     # The stand-in is serve's own; any other environment runs with the injected default.
     factory = args.runner or (None if args.env == "standin" else default_factory)
     server = EnvServer(args.env, address=args.address, config=cfg, factory=factory,
-                       options=_options(args), pool=pool)
+                       options=_options(args, runner_options), pool=pool)
     await server.start()
     print(f"serving {args.env} on {server.address}", flush=True)
     if server.client_key_file is not None:
@@ -157,23 +163,30 @@ async def _serve(args: argparse.Namespace, default_factory: RunnerFactory | None
     return 0
 
 
-def run(args: argparse.Namespace, default_factory: RunnerFactory | None = None) -> int:
+def run(args: argparse.Namespace, default_factory: RunnerFactory | None = None,
+        runner_options: RunnerOptions | None = None) -> int:
     """Run the server until interrupted; returns the exit status. ``default_factory`` is
-    the runner factory used without ``--runner`` (the composition root passes one)."""
+    the runner factory used without ``--runner``, ``runner_options`` turns the options it
+    added into factory options (the composition root passes both)."""
     tune_allocator()  # this process exists to forward episodes
     try:
-        return asyncio.run(_serve(args, default_factory))
+        return asyncio.run(_serve(args, default_factory, runner_options))
     except (ValueError, OSError, ServeError, EnvError) as exc:
         print(f"tracewire serve: {exc}", file=sys.stderr)
         return 2
 
 
-def serve_command(default_factory: RunnerFactory | None = None) -> Command:
+def serve_command(default_factory: RunnerFactory | None = None,
+                  runner_options: RunnerOptions | None = None) -> Command:
     """The ``serve`` command, running environments other than the stand-in with
-    ``default_factory`` unless ``--runner`` names one."""
-    body = functools.partial(run, default_factory=default_factory)
-    return Command("serve", HELP, configure, body)
+    ``default_factory`` unless ``--runner`` names one, its options extended by
+    ``runner_options`` (the composition root passes the model server's)."""
+    body = functools.partial(run, default_factory=default_factory,
+                             runner_options=runner_options)
+    return Command("serve", HELP, functools.partial(configure, runner_options=runner_options),
+                   body)
 
 
-#: ``tracewire serve`` with no default factory: the stand-in, or ``--runner``.
+#: ``tracewire serve`` with no default factory (the stand-in, or ``--runner``) and no model
+#: options.
 COMMAND = serve_command()

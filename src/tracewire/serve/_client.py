@@ -1,13 +1,12 @@
 """EnvClient: asks env servers for rollouts and assembles the streamed episodes.
 
 One DEALER socket per server and one receive loop per socket; answers are matched to
-requests by request id. For servers on this host the client also binds one PULL socket on
-loopback and names it in each run, so the workers send episode data straight to it
-(``_direct``; ``direct=False`` keeps everything on the broker path). Each delta is
-sequence- and cursor-checked by an :class:`~tracewire.codec.EpisodeAssembler`; a frame
-that cannot be read is logged and skipped (the request it belonged to, if any, fails with
-a clear error), never ending the loop. Cancelling an awaiting call, or its timeout, tells
-the server to cancel the run.
+requests by request id (``_requests``: the pending request and how its answers apply). For
+servers on this host the client also binds one PULL socket on loopback and names it in each
+run, so the workers send episode data straight to it (``_direct``; ``direct=False`` keeps
+everything on the broker path). A frame that cannot be read is logged and skipped (the
+request it belonged to, if any, fails with a clear error), never ending the loop.
+Cancelling an awaiting call, or its timeout, tells the server to cancel the run.
 
 A server bound on TCP is a CURVE server: the client connects with the key from the server's
 client key file (``key_file``, else the files named by ``TRACEWIRE_CLIENT_KEY_FILE``, else
@@ -24,28 +23,21 @@ import itertools
 import logging
 import os
 import secrets
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import zmq
 
-from .._errors import DeltaError, ProtocolError, RunTimeout, ServeError, TracewireError
+from .._errors import ProtocolError, RunTimeout, ServeError, TracewireError
 from .._memory import tune_allocator
-from ..codec import EpisodeAssembler, EpisodeDelta, decode_frames
-from ..trace import SCHEMA_VERSION, Episode, new_id
+from ..trace import SCHEMA_VERSION, new_id
 from ._auth import KEY_FILE_ENV, ClientKey, is_tcp, local_key, read_key_file
 from ._direct import is_local_endpoint, loopback_id
 from ._io import Reader, send_retry
-from ._protocol import (
-    PROTOCOL_VERSION,
-    cursor_list,
-    decode_envelope,
-    encode_envelope,
-    error_from_body,
-)
+from ._protocol import PROTOCOL_VERSION, Kind, encode_envelope
+from ._requests import STREAMED, OnDelta, Request, RunResult, on_message
 
-__all__ = ["DEFAULT_TIMEOUT", "EnvClient", "OnDelta", "RunResult"]
+__all__ = ["DEFAULT_TIMEOUT", "EnvClient"]
 
 log = logging.getLogger("tracewire.serve.client")
 
@@ -55,41 +47,6 @@ DEFAULT_TIMEOUT = 900.0
 #: Seconds between a waiting client's heartbeats; the broker cancels the runs of a client
 #: silent for several of them (see ``_liveness``), so a killed client frees its workers.
 HEARTBEAT_S = 0.5
-#: Called on the receive loop with each applied delta and the episode assembled so far.
-OnDelta = Callable[[EpisodeDelta, Episode], object]
-
-
-@dataclass
-class RunResult:
-    """One received episode, with what it cost on the wire.
-
-    ``frames`` (only with ``keep_frames=True``) are the frames of the whole episode exactly
-    as they arrived, for ``RunWriter.append_frames(frames)``.
-    """
-
-    episode: Episode
-    request_id: str
-    server: str
-    deltas: int = 0
-    wire_bytes: int = 0
-    frames: list[memoryview] | None = None
-
-
-@dataclass(eq=False)
-class _Request:
-    rid: str
-    kind: str
-    server: str
-    fut: asyncio.Future[Any]
-    n: int = 1
-    on_delta: OnDelta | None = None
-    assemblers: dict[int, EpisodeAssembler] = field(default_factory=dict)
-    results: dict[int, RunResult] = field(default_factory=dict)
-    wire: dict[int, int] = field(default_factory=dict)
-
-    def fail(self, exc: BaseException) -> None:
-        if not self.fut.done():
-            self.fut.set_exception(exc)
 
 
 class EnvClient:
@@ -129,7 +86,7 @@ class EnvClient:
         self._socks: dict[str, zmq.Socket[Any]] = {}
         # One reader per socket drains every ready message per wake-up (see _io).
         self._readers: dict[str, Reader] = {}
-        self._pending: dict[str, _Request] = {}
+        self._pending: dict[str, Request] = {}
         self._rr = itertools.count()
         self._direct = direct
         self._data_address: str | None = None
@@ -201,7 +158,7 @@ class EnvClient:
         self._ensure()
         for addr in self.addresses:
             try:
-                body = await self._call(addr, "hello", {}, timeout)
+                body = await self._call(addr, Kind.HELLO, {}, timeout)
             except ServeError as exc:
                 if is_tcp(addr) and "no answer" in str(exc):
                     raise ServeError(
@@ -267,21 +224,21 @@ class EnvClient:
         while True:
             await asyncio.sleep(HEARTBEAT_S)
             servers = {r.server for r in self._pending.values()
-                       if r.kind in ("run", "run_group")}
+                       if r.kind in STREAMED}
             if not servers:
                 return
             for addr in servers:
                 if addr in self._readers:
-                    self._send_now(addr, "hb", "", {})
+                    self._send_now(addr, Kind.HB, "", {})
 
     async def _call(self, addr: str, kind: str, body: dict[str, Any], timeout: float,
-                    req: _Request | None = None) -> Any:
+                    req: Request | None = None) -> Any:
         self._ensure()
         loop = asyncio.get_running_loop()
         if req is None:
-            req = _Request(new_id(), kind, addr, loop.create_future())
+            req = Request(new_id(), kind, addr, loop.create_future())
         self._pending[req.rid] = req
-        if kind in ("run", "run_group"):
+        if kind in STREAMED:
             self._heartbeats()
         deadline = asyncio.timeout(timeout)
         try:
@@ -295,16 +252,16 @@ class EnvClient:
         except TimeoutError as exc:
             if not deadline.expired():
                 raise  # the server's RunTimeout, not ours
-            if kind in ("run", "run_group"):
-                self._send_now(addr, "cancel", new_id(), {"target": req.rid})
+            if kind in STREAMED:
+                self._send_now(addr, Kind.CANCEL, new_id(), {"target": req.rid})
                 raise RunTimeout(f"{kind} {req.rid} on {addr}: no answer within {timeout}s "
                                  "(client-side timeout); asked the server to cancel") from exc
             raise ServeError(f"{kind}: no answer from {addr} within {timeout}s") from exc
         except asyncio.CancelledError:
             # Cancelling this task cancels ``req.fut`` too; only a received answer means
             # there is nothing left to cancel on the server.
-            if kind in ("run", "run_group") and (not req.fut.done() or req.fut.cancelled()):
-                self._send_now(addr, "cancel", new_id(), {"target": req.rid})
+            if kind in STREAMED and (not req.fut.done() or req.fut.cancelled()):
+                self._send_now(addr, Kind.CANCEL, new_id(), {"target": req.rid})
             raise
         finally:
             self._pending.pop(req.rid, None)
@@ -314,8 +271,8 @@ class EnvClient:
                         group_id: str | None) -> list[RunResult]:
         addr = self._pick()
         loop = asyncio.get_running_loop()
-        req = _Request(request_id or new_id(), kind, addr, loop.create_future(), n=r,
-                       on_delta=on_delta)
+        req = Request(request_id or new_id(), kind, addr, loop.create_future(), n=r,
+                      on_delta=on_delta)
         if req.rid in self._pending:
             raise ValueError(f"request id {req.rid!r} is already in use")
         body: dict[str, Any] = {"task": task, "stream": on_delta is not None or not keep_frames,
@@ -323,7 +280,7 @@ class EnvClient:
         if self._data_address is not None and addr in self._direct_ok:
             body["data"] = self._data_address
             body["data_key"] = self._data_token.hex()
-        if kind == "run_group":
+        if kind == Kind.RUN_GROUP:
             body["r"] = r
             if group_id is not None:
                 body["group_id"] = group_id
@@ -339,7 +296,7 @@ class EnvClient:
         With ``keep_frames`` the result also holds the whole episode's frames as received
         (without ``on_delta`` the server then sends only those, not the deltas).
         """
-        out = await self._episodes("run", task, 1, on_delta, timeout, keep_frames, request_id,
+        out = await self._episodes(Kind.RUN, task, 1, on_delta, timeout, keep_frames, request_id,
                                    None)
         return out[0]
 
@@ -348,7 +305,7 @@ class EnvClient:
                         request_id: str | None = None,
                         group_id: str | None = None) -> list[RunResult]:
         """Run ``r`` episodes of ``task`` sharing one group id (spread over workers)."""
-        return await self._episodes("run_group", task, r, on_delta, timeout, keep_frames,
+        return await self._episodes(Kind.RUN_GROUP, task, r, on_delta, timeout, keep_frames,
                                     request_id, group_id)
 
     async def cancel(self, request_id: str, timeout: float = 10.0) -> int:
@@ -357,7 +314,7 @@ class EnvClient:
         targets = [req.server] if req is not None else self.addresses
         n = 0
         for addr in targets:
-            body = await self._call(addr, "cancel", {"target": request_id}, timeout)
+            body = await self._call(addr, Kind.CANCEL, {"target": request_id}, timeout)
             n += int(body.get("cancelled", 0))
         return n
 
@@ -374,11 +331,11 @@ class EnvClient:
 
     async def health(self, address: str | None = None, timeout: float = 10.0) -> dict[str, Any]:
         """Health of one server (or of all, with ``healthy`` true if any is)."""
-        return await self._info("health", address, timeout)
+        return await self._info(Kind.HEALTH, address, timeout)
 
     async def stats(self, address: str | None = None, timeout: float = 10.0) -> dict[str, Any]:
         """Counters and per-worker rows of one server (or of all)."""
-        return await self._info("stats", address, timeout)
+        return await self._info(Kind.STATS, address, timeout)
 
     # -- receiving -------------------------------------------------------------------------
     def _receive_direct(self, frames: list[Any]) -> None:
@@ -395,78 +352,5 @@ class EnvClient:
             log.warning("malformed message from %s skipped: %s", addr, exc)
 
     def _on_message(self, addr: str, frames: list[Any]) -> None:
-        try:
-            env = decode_envelope(frames[0].buffer)
-        except ProtocolError as exc:
-            req = self._pending.get(getattr(exc, "rid", None) or "")
-            if req is not None:
-                req.fail(exc)
-            raise
-        req = self._pending.get(env.rid)
-        if req is None:
-            if env.kind == "error":
-                log.debug("error from %s for no pending request: %s", addr,
-                            error_from_body(env.body, addr))
-            return
-        if env.kind == "error":
-            req.fail(error_from_body(env.body, addr))
-        elif env.kind not in ("delta", "reply"):
-            raise ProtocolError(f"unknown answer kind {env.kind!r}")
-        elif req.kind not in ("run", "run_group"):
-            if not req.fut.done():
-                req.fut.set_result(env.body)
-        else:
-            try:
-                self._on_episode_frames(req, env.kind, env.body, frames)
-            except TracewireError as exc:
-                req.fail(exc if isinstance(exc, ServeError | DeltaError) else
-                         ProtocolError(f"bad {env.kind} from {addr}: {exc}"))
-                raise
-
-    def _on_episode_frames(self, req: _Request, kind: str, body: dict[str, Any],
-                           frames: list[Any]) -> None:
-        i = body.get("i", 0)
-        if not isinstance(i, int) or not 0 <= i < req.n or i in req.results:
-            raise ProtocolError(f"{kind} for episode index {i!r} of a request for {req.n}")
-        bufs = [f.buffer for f in frames[1:]]
-        req.wire[i] = req.wire.get(i, 0) + sum(f.buffer.nbytes for f in frames)
-        asm = req.assemblers.setdefault(i, EpisodeAssembler())
-        if kind == "delta":
-            d = decode_frames(bufs)
-            if not isinstance(d, EpisodeDelta):
-                raise ProtocolError(f"delta frames hold a {type(d).__name__}")
-            self._apply(req, asm, d)
-            return
-        # Final reply: the last delta, or the whole episode (keep_frames).
-        keep: list[memoryview] | None = None
-        if body.get("frames") == "episode":
-            ep = decode_frames(bufs)
-            if not isinstance(ep, Episode):
-                raise ProtocolError(f"episode frames hold a {type(ep).__name__}")
-            keep = bufs
-        else:
-            d = decode_frames(bufs)
-            if not isinstance(d, EpisodeDelta) or not d.final:
-                raise ProtocolError("reply frames are not a final delta")
-            ep = self._apply(req, asm, d)
-        if asm.seq != body.get("seq"):
-            raise DeltaError(f"episode {ep.id}: got {asm.seq} deltas, server sent "
-                             f"{body.get('seq')}")
-        cursors = body.get("cursors", {})
-        have = {t.id: cursor_list(t) for t in ep.traces}
-        if have != cursors:
-            raise DeltaError(f"episode {ep.id}: assembled cursors {have} disagree with the "
-                             f"server's {cursors}")
-        req.results[i] = RunResult(ep, req.rid, req.server, asm.seq, req.wire[i], keep)
-        if len(req.results) == req.n and not req.fut.done():
-            req.fut.set_result(req.results)
-
-    @staticmethod
-    def _apply(req: _Request, asm: EpisodeAssembler, d: EpisodeDelta) -> Episode:
-        ep = asm.apply(d)
-        if req.on_delta is not None:
-            try:
-                req.on_delta(d, ep)
-            except Exception:
-                log.exception("on_delta callback failed (ignored)")
-        return ep
+        # A method of its own: bench/serve.py wraps it on one client to count messages.
+        on_message(self._pending, addr, frames)

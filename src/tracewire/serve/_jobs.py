@@ -16,7 +16,7 @@ from typing import Any, Protocol
 from .._errors import BusyError, RunTimeout, ServeError, WorkerDiedError
 from ._config import ServerConfig
 from ._liveness import ClientWatch
-from ._protocol import error_body
+from ._protocol import Kind, error_body
 from ._supervisor import Job, WorkerPhase, Workers, WorkerState
 
 __all__ = ["Dispatcher", "JobHost"]
@@ -86,7 +86,7 @@ class Dispatcher:
         if job.open:
             job.open = False
             self.counters["episodes_failed"] += 1
-            self.host.answer(job.client, "error", job.rid, error_body(exc, i=job.index))
+            self.host.answer(job.client, Kind.ERROR, job.rid, error_body(exc, i=job.index))
         if job.worker is None:
             with contextlib.suppress(ValueError):
                 self.queue.remove(job)
@@ -94,7 +94,7 @@ class Dispatcher:
         else:
             w = self.host.workers.get(job.worker)
             if w is None or w.state == WorkerPhase.DEAD or not self.host.to_worker(
-                    w, "cancel", {"job": job.id}):
+                    w, Kind.CANCEL, {"job": job.id}):
                 self.release(job)
             elif job.kill_at is None:
                 # A worker that does not stop the episode is hung: it is killed then.
@@ -129,7 +129,7 @@ class Dispatcher:
                 break
             job = self.queue.popleft()
             body = {**job.body, "job": job.id, "index": job.index}
-            if not host.to_worker(w, "run", body, job.rid):
+            if not host.to_worker(w, Kind.RUN, body, job.rid):
                 self.queue.appendleft(job)
                 workers.kill(w, "does not accept work")
                 break

@@ -20,7 +20,7 @@ client and server share a host, a run's deltas and reply skip the broker (``_dir
 from __future__ import annotations
 
 import struct
-from enum import IntEnum
+from enum import IntEnum, StrEnum
 from typing import Any
 
 import msgspec
@@ -48,6 +48,7 @@ __all__ = [
     "REQUESTS",
     "Envelope",
     "JobKind",
+    "Kind",
     "cursor_list",
     "decode_envelope",
     "encode_envelope",
@@ -60,8 +61,36 @@ __all__ = [
 #: Version of the envelope protocol; a peer speaking another one is refused with a clear error.
 #: 2: direct-path messages start with the client's token frame (``data_key``).
 PROTOCOL_VERSION = 2
-REQUESTS = frozenset({"hello", "run", "run_group", "cancel", "health", "stats", "hb"})
-ANSWERS = frozenset({"delta", "reply", "error"})
+
+
+class Kind(StrEnum):
+    """An envelope's ``kind`` (the string on the wire): client requests, their answers, and
+    the broker/worker control messages."""
+
+    HELLO = "hello"
+    RUN = "run"
+    RUN_GROUP = "run_group"
+    CANCEL = "cancel"
+    HEALTH = "health"
+    STATS = "stats"
+    #: From a waiting client: a sign of life (never answered); from a worker: its load.
+    HB = "hb"
+    DELTA = "delta"
+    REPLY = "reply"
+    ERROR = "error"
+    #: Broker to worker: is the connection still there?
+    PROBE = "probe"
+    #: Worker to broker: a job finished (after its reply), started, failed to start, and
+    #: broker to worker: stop.
+    DONE = "done"
+    READY = "ready"
+    FATAL = "fatal"
+    STOP = "stop"
+
+
+REQUESTS = frozenset({Kind.HELLO, Kind.RUN, Kind.RUN_GROUP, Kind.CANCEL, Kind.HEALTH,
+                      Kind.STATS, Kind.HB})
+ANSWERS = frozenset({Kind.DELTA, Kind.REPLY, Kind.ERROR})
 #: Upper bound on an envelope (the task rides in it); token data travels in other frames.
 MAX_ENVELOPE_BYTES = 4 << 20
 

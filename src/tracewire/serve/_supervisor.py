@@ -25,6 +25,7 @@ from typing import Any, Protocol
 
 from ._config import ServerConfig, WorkerConfig
 from ._pool import WorkerHandle, WorkerPool
+from ._protocol import Kind
 
 __all__ = ["Broker", "Job", "WorkerPhase", "WorkerState", "Workers"]
 
@@ -214,11 +215,11 @@ class Workers:
 
     def control(self, w: WorkerState, kind: str, body: dict[str, Any]) -> None:
         """A control message from a worker: ``ready``, ``hb`` or ``fatal``."""
-        if kind == "ready" and w.state == WorkerPhase.STARTING:
+        if kind == Kind.READY and w.state == WorkerPhase.STARTING:
             w.state = WorkerPhase.READY
             w.idle_since = time.monotonic()
             self.server.worker_ready(w)
-        elif kind == "fatal":
+        elif kind == Kind.FATAL:
             self.last_error = (f"worker {w.id} failed to start: "
                                f"{body.get('type')}: {body.get('message')}")
 
@@ -250,14 +251,14 @@ class Workers:
                 and load < 0.9 * cfg.slots_per_worker * (len(ready) - 1)):
             w = idle[0]
             w.state = WorkerPhase.RETIRING
-            srv.to_worker(w, "stop", {})
+            srv.to_worker(w, Kind.STOP, {})
         self.ensure()
 
     async def stop_all(self, timeout: float = 5.0) -> None:
         """Tell every worker to stop; kill those still running after ``timeout``."""
         for w in list(self.all.values()):
             was, w.state = w.state, WorkerPhase.RETIRING
-            told = was != WorkerPhase.STARTING and self.server.to_worker(w, "stop", {})
+            told = was != WorkerPhase.STARTING and self.server.to_worker(w, Kind.STOP, {})
             if not told and w.handle is not None:
                 w.handle.terminate()
         if self._tasks:

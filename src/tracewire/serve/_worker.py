@@ -31,6 +31,7 @@ from ._direct import DirectSenders, valid_data_address
 from ._io import Reader, send_retry
 from ._protocol import (
     JobKind,
+    Kind,
     cursor_list,
     decode_envelope,
     encode_envelope,
@@ -73,18 +74,18 @@ class _Worker:
     async def heartbeat(self) -> None:
         while True:
             await asyncio.sleep(self.cfg.heartbeat_s)
-            await self.send([b"", encode_envelope("hb", "", {"load": len(self.jobs)})])
+            await self.send([b"", encode_envelope(Kind.HB, "", {"load": len(self.jobs)})])
 
     async def run_job(self, job: int, rid: str, body: dict[str, Any]) -> None:
         try:
             await self._run_job(job, rid, body)
         except asyncio.CancelledError:
             # Always answer, whatever phase the cancel hit, so the broker frees the slot.
-            await self.send([job_frame(job, JobKind.CANCELLED), encode_envelope("error", rid)])
+            await self.send([job_frame(job, JobKind.CANCELLED), encode_envelope(Kind.ERROR, rid)])
         except Exception as exc:
             log.exception("job %d failed", job)
             await self.send([job_frame(job, JobKind.ERROR), encode_envelope(
-                "error", rid, error_body(exc, i=int(body.get("index", 0))))])
+                Kind.ERROR, rid, error_body(exc, i=int(body.get("index", 0))))])
 
     async def _run_job(self, job: int, rid: str, body: dict[str, Any]) -> None:
         task = body.get("task") or {}
@@ -95,7 +96,7 @@ class _Worker:
         data = body.get("data")
         token = _token(body.get("data_key"))
         data = data if valid_data_address(data) and token is not None else None
-        envelope = encode_envelope("delta", rid, {"i": index})
+        envelope = encode_envelope(Kind.DELTA, rid, {"i": index})
 
         def send_delta(d: EpisodeDelta, frames: list[Any]) -> None:
             # zmq.Again: the streamer retries later.
@@ -139,13 +140,13 @@ class _Worker:
             frames = encode_frames(d)
             body["frames"] = "delta"
         body["seq"] = streamer.sender.seq + (0 if keep_frames else 1)
-        message = [encode_envelope("reply", rid, body), *frames]
+        message = [encode_envelope(Kind.REPLY, rid, body), *frames]
         if data is None:
             await self.send([job_frame(job, JobKind.REPLY), *message])
             return
         # A client slow to read makes this wait; the broker's run timeout bounds it.
         await send_retry(functools.partial(self.direct.send, data), [token, *message])
-        await self.send([job_frame(job, JobKind.DONE), encode_envelope("done", rid)])
+        await self.send([job_frame(job, JobKind.DONE), encode_envelope(Kind.DONE, rid)])
 
     def start_job(self, job: int, rid: str, body: dict[str, Any]) -> None:
         t = asyncio.create_task(self.run_job(job, rid, body), name=f"job-{job}")
@@ -160,13 +161,13 @@ class _Worker:
             return
         if self.stopping:
             return
-        if env.kind == "run":
+        if env.kind == Kind.RUN:
             self.start_job(int(env.body["job"]), env.rid, env.body)
-        elif env.kind == "cancel":
+        elif env.kind == Kind.CANCEL:
             t = self.jobs.get(int(env.body["job"]))
             if t is not None:
                 t.cancel()
-        elif env.kind == "stop":
+        elif env.kind == Kind.STOP:
             # The broker has already answered for any job still here: stop them.
             self.stopping = True
             for t in list(self.jobs.values()):
@@ -210,13 +211,13 @@ async def serve_worker(cfg: WorkerConfig, context: zmq.Context[Any] | None = Non
             runner = await cm.__aenter__()
         except Exception as exc:
             log.exception("worker %s: cannot start", cfg.worker_id)
-            sock.send_multipart([b"", encode_envelope("fatal", "", error_body(exc))])
+            sock.send_multipart([b"", encode_envelope(Kind.FATAL, "", error_body(exc))])
             return 3
         try:
             w = _Worker(cfg, sock, runner)
             # Start-up objects (modules, model) are permanent: keep them out of GC passes.
             gc.freeze()
-            await w.send([b"", encode_envelope("ready", "", {"pid": os.getpid()})])
+            await w.send([b"", encode_envelope(Kind.READY, "", {"pid": os.getpid()})])
             hb = asyncio.create_task(w.heartbeat())
             try:
                 await w.serve()

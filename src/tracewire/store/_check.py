@@ -19,6 +19,7 @@ import logging
 import os
 import sqlite3
 import time
+from enum import StrEnum
 from typing import Any
 
 from .._errors import DecodeError, StoreError
@@ -44,6 +45,18 @@ __all__ = ["CheckReport", "Problem", "repair_run", "verify_run"]
 
 log = logging.getLogger("tracewire.store")
 _SEGMENT, _OFFSET, _WRITTEN = (tuple(COLUMNS).index(c) for c in ("segment", "offset", "written"))
+
+
+class FixAction(StrEnum):
+    """What a repair does to one index row (or to the whole index)."""
+
+    DELETE = "delete"
+    #: Rewrite the row in place (it keeps its arrival order).
+    REPLACE = "replace"
+    #: Index a record that has no row.
+    INDEX = "index"
+    #: The index cannot be read: it is moved aside and built anew.
+    REBUILD = "rebuild"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -159,9 +172,9 @@ def _stored_rows(conn: sqlite3.Connection) -> tuple[list[tuple[Any, ...]], bool]
 
 
 def _check_rows(conn: sqlite3.Connection, found: _Found, report: CheckReport
-                ) -> list[tuple[str, int, IndexRow | None]]:
+                ) -> list[tuple[FixAction, int, IndexRow | None]]:
     """Problems of the index rows; returns the fixes: (action, seq, row to write)."""
-    fixes: list[tuple[str, int, IndexRow | None]] = []
+    fixes: list[tuple[FixAction, int, IndexRow | None]] = []
     seen: set[tuple[int, int]] = set()
     raw, required = _stored_rows(conn)
     report.rows = len(raw)
@@ -182,20 +195,20 @@ def _check_rows(conn: sqlite3.Connection, found: _Found, report: CheckReport
                 "dangling index row", f"seq {seq}",
                 f"episode {row.episode_id!r} points at segment {row.segment} offset "
                 f"{row.offset}, where no intact episode record starts", True))
-            fixes.append(("delete", seq, None))
+            fixes.append((FixAction.DELETE, seq, None))
             continue
         seen.add(key)
         shown = _shown_diff(values[1:-1], want)
         if shown:
             report.problems.append(Problem("wrong index row", f"seq {seq}", shown[2:], True))
-            fixes.append(("replace", seq, dataclasses.replace(want, written=row.written)))
+            fixes.append((FixAction.REPLACE, seq, dataclasses.replace(want, written=row.written)))
     for key, want in found.expected.items():
         if key in seen or found.ids.get(want.episode_id) != key:
             continue  # indexed, or superseded by a later record of the same episode id
         report.problems.append(Problem(
             "unindexed record", f"segment {key[0]} offset {key[1]}",
             f"episode {want.episode_id!r} has no index row", True))
-        fixes.append(("insert", -1, want))
+        fixes.append((FixAction.INDEX, -1, want))
     return fixes
 
 
@@ -214,14 +227,14 @@ def _shown_diff(values: tuple[Any, ...], want: IndexRow | None) -> str:
 
 
 def _refill(found: _Found, seen: set[tuple[int, int]], seq: int, values: tuple[Any, ...]
-            ) -> tuple[str, int, IndexRow | None]:
+            ) -> tuple[FixAction, int, IndexRow | None]:
     """The fix of a damaged row: rebuilt in place from the record it still points at (so it
     keeps its arrival order), else deleted (its record is then indexed anew)."""
     key = (values[_SEGMENT], values[_OFFSET])
     want = found.expected.get(key) if seq >= 0 and all(
         isinstance(k, int) and not isinstance(k, bool) for k in key) else None
     if want is None or key in seen or found.ids.get(want.episode_id) != key:
-        return ("delete", seq, None)
+        return (FixAction.DELETE, seq, None)
     seen.add(key)
     # ``written`` (when the row was indexed) is not in the record: keep the stored one
     # unless it is not a time this row could have (then the repair's own time).
@@ -229,11 +242,11 @@ def _refill(found: _Found, seen: set[tuple[int, int]], seq: int, values: tuple[A
     now = time.time()
     ok = isinstance(written, float) and 0.0 < written <= now
     want = dataclasses.replace(want, written=written if ok else now)
-    return ("replace", seq, want)
+    return (FixAction.REPLACE, seq, want)
 
 
 def _check(layout: Layout, conn: sqlite3.Connection, report: CheckReport, live: bool
-           ) -> list[tuple[str, int, IndexRow | None]]:
+           ) -> list[tuple[FixAction, int, IndexRow | None]]:
     found = _scan_records(layout, report, live)
     try:
         (integrity,) = conn.execute("PRAGMA quick_check").fetchone()
@@ -243,7 +256,7 @@ def _check(layout: Layout, conn: sqlite3.Connection, report: CheckReport, live: 
         return _check_rows(conn, found, report)
     except sqlite3.Error as exc:
         report.problems.append(Problem("damaged index", str(layout.index), str(exc), True))
-        return [("rebuild", -1, None)]
+        return [(FixAction.REBUILD, -1, None)]
 
 
 def verify_run(layout: Layout, conn: sqlite3.Connection, status: Any) -> CheckReport:
@@ -312,9 +325,9 @@ def _recover_and_fix(layout: Layout) -> list[str]:
         fixes = _check(layout, conn, CheckReport(str(layout.root)), live=False)
         with conn:
             for action, seq, row in fixes:
-                if action == "rebuild":
+                if action == FixAction.REBUILD:
                     raise StoreError(0, "the index cannot be read")
-                if action == "delete":
+                if action == FixAction.DELETE:
                     conn.execute("DELETE FROM episodes WHERE seq = ?", (seq,))
                     actions.append(f"deleted damaged or dangling index row seq {seq}")
                 elif row is not None and seq >= 0:  # in place: keeps its arrival order

@@ -38,6 +38,7 @@ from ._errors import (
 )
 from ._history import (
     Continuation,
+    ContinuationKind,
     ConversationIndex,
     RecordedTurn,
     RerenderReason,
@@ -47,7 +48,7 @@ from ._mismatch import Difference, DifferenceKind, MismatchReport, mismatch_repo
 from ._parse import ParsedCall, ParsedCompletion
 from ._render import PromptBuilder, Rendered
 from ._session import BranchTip, Plan, TokenSession
-from ._stream import StreamEvent, StreamParser, parse_completion
+from ._stream import EventKind, StreamEvent, StreamParser, parse_completion
 
 if TYPE_CHECKING:
     from ._token_upstream import TokenUpstream
@@ -66,9 +67,11 @@ __all__ = [
     "BridgeError",
     "ChatTokenizer",
     "Continuation",
+    "ContinuationKind",
     "ConversationIndex",
     "Difference",
     "DifferenceKind",
+    "EventKind",
     "Family",
     "FamilyName",
     "GgufTokenizer",

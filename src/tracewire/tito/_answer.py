@@ -10,6 +10,7 @@ from typing import Any
 
 from ._codecs import Generation
 from ._parse import ParsedCompletion
+from ._stream import EventKind
 
 __all__ = ["chat_reply", "delta_of", "finish_of", "stream_chunk"]
 
@@ -65,9 +66,9 @@ def delta_of(events: list[Any], n_calls: int) -> tuple[dict[str, Any], int]:
     calls numbered from ``n_calls``) and the new call count."""
     delta: dict[str, Any] = {}
     for e in events:
-        if e.kind == "content":
+        if e.kind == EventKind.CONTENT:
             delta["content"] = delta.get("content", "") + e.text
-        elif e.kind == "reasoning":
+        elif e.kind == EventKind.REASONING:
             delta["reasoning_content"] = delta.get("reasoning_content", "") + e.text
         elif e.call is not None:
             delta.setdefault("tool_calls", []).append({"index": n_calls, **e.call.as_openai()})

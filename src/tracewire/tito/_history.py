@@ -20,8 +20,8 @@ import orjson
 
 from ..trace import chat_message_digest
 
-__all__ = ["Continuation", "ConversationIndex", "IdBuffer", "RecordedTurn", "RerenderReason",
-           "message_digest", "tools_key"]
+__all__ = ["Continuation", "ContinuationKind", "ConversationIndex", "IdBuffer", "RecordedTurn",
+           "RerenderReason", "message_digest", "tools_key"]
 
 
 class RerenderReason(StrEnum):
@@ -112,13 +112,24 @@ class RecordedTurn:
         return RecordedTurn(IdBuffer(list(ids)), len(ids), True, branch, tools)
 
 
+class ContinuationKind(StrEnum):
+    """How a request's prompt is built from the recorded turns."""
+
+    #: Reuse the turn's prompt ids as they are.
+    SAME = "same"
+    #: The turn's ids plus the new messages rendered after them.
+    BRIDGE = "bridge"
+    #: Render everything.
+    FULL = "full"
+
+
 @dataclass(slots=True)
 class Continuation:
     """How to build a request's prompt: ``same`` (reuse ``turn``'s prompt ids as they are),
     ``bridge`` (``turn`` + the ``new`` messages), or ``full`` (render everything; ``reason``
     is empty for a first turn, else why the history could not be continued)."""
 
-    kind: str
+    kind: ContinuationKind
     turn: RecordedTurn | None = None
     new: Sequence[dict[str, Any]] = ()
     reason: RerenderReason | None = None
@@ -150,12 +161,13 @@ class ConversationIndex:
             self._digests.clear()
         chain = _chain(messages, self._digests)
         if chain and chain[-1] in self._prompts:
-            return Continuation("same", self._prompts[chain[-1]], (), None, chain)
+            return Continuation(ContinuationKind.SAME, self._prompts[chain[-1]], (), None, chain)
         for k in range(len(messages) - 1, 0, -1):
             if messages[k - 1].get("role") == "assistant" and chain[k - 1] in self._ends:
-                return Continuation("bridge", self._ends[chain[k - 1]], messages[k:], None,
-                                    chain)
-        return Continuation("full", None, messages, self._why(messages, chain), chain)
+                return Continuation(ContinuationKind.BRIDGE, self._ends[chain[k - 1]],
+                                    messages[k:], None, chain)
+        return Continuation(ContinuationKind.FULL, None, messages, self._why(messages, chain),
+                            chain)
 
     def _why(self, messages: Sequence[dict[str, Any]], chain: list[bytes]
              ) -> RerenderReason | None:

@@ -22,6 +22,7 @@ from numpy.typing import NDArray
 from ._errors import BridgeError
 from ._history import (
     Continuation,
+    ContinuationKind,
     ConversationIndex,
     IdBuffer,
     RecordedTurn,
@@ -104,19 +105,20 @@ class TokenSession:
         key = tools_key(tools)
         cont = self.index.resolve(messages)
         if cont.turn is not None and self._tools_changed(cont.turn.tools, key):
-            cont = Continuation("full", None, messages, RerenderReason.TOOLS_CHANGED,
+            cont = Continuation(ContinuationKind.FULL, None, messages, RerenderReason.TOOLS_CHANGED,
                                 cont.chain)
-        if cont.kind == "same" and cont.turn is not None:
+        if cont.kind == ContinuationKind.SAME and cont.turn is not None:
             plan = Plan(cont, cont.turn, None, messages)
             plan.point = cont.turn
             return plan
         base = cont.turn
-        if cont.kind == "bridge" and base is not None:
+        if cont.kind == ContinuationKind.BRIDGE and base is not None:
             try:
                 r = self.builder.bridge(base.last_id if base.ended_by_stop else None,
                                         base.length, cont.new, tools)
             except BridgeError:
-                cont = Continuation("full", None, messages, RerenderReason.TEMPLATE, cont.chain)
+                cont = Continuation(ContinuationKind.FULL, None, messages,
+                                    RerenderReason.TEMPLATE, cont.chain)
             else:
                 self.bridges += 1
                 plan = Plan(cont, base, r, messages)
@@ -153,7 +155,7 @@ class TokenSession:
             buf = IdBuffer(base_ids if isinstance(base_ids, list) else list(base_ids))
             base = RecordedTurn(buf, len(buf.ids), ended_by_stop)
             if not new_msgs and not base_sampled and base.length:
-                plan = Plan(Continuation("same", base), base, None, msgs)
+                plan = Plan(Continuation(ContinuationKind.SAME, base), base, None, msgs)
                 plan.point = base
                 return plan
             if base_sampled and new_msgs:
@@ -164,7 +166,8 @@ class TokenSession:
                     reason = RerenderReason.TEMPLATE
                 else:
                     self.bridges += 1
-                    plan = Plan(Continuation("bridge", base, new_msgs), base, r, msgs)
+                    bridged = Continuation(ContinuationKind.BRIDGE, base, new_msgs)
+                    plan = Plan(bridged, base, r, msgs)
                     plan.point = base.extended(r.ids)
                     return plan
             else:
@@ -180,7 +183,7 @@ class TokenSession:
         if reason is not None:
             self.rerenders[reason.value] += 1
         r = self.builder.render_full(msgs, tools, reason=reason.value if reason else "")
-        plan = Plan(Continuation("full", None, msgs, reason), None, r, msgs)
+        plan = Plan(Continuation(ContinuationKind.FULL, None, msgs, reason), None, r, msgs)
         plan.point = self._new_branch(r.ids, key)
         return plan
 

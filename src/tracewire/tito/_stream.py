@@ -11,6 +11,7 @@ harness assembles from the deltas is :attr:`StreamParser.result`.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
 
 from ..tokens import Family, ToolFormat
 from ._parse import (
@@ -26,14 +27,22 @@ from ._parse import (
     strip_stop,
 )
 
-__all__ = ["StreamEvent", "StreamParser", "parse_completion"]
+__all__ = ["EventKind", "StreamEvent", "StreamParser", "parse_completion"]
+
+
+class EventKind(StrEnum):
+    """What a relayable piece of a streamed completion is."""
+
+    CONTENT = "content"
+    REASONING = "reasoning"
+    TOOL_CALL = "tool_call"
 
 
 @dataclass(slots=True)
 class StreamEvent:
     """One relayable piece: ``kind`` is ``content``, ``reasoning`` or ``tool_call``."""
 
-    kind: str
+    kind: EventKind
     text: str = ""
     call: ParsedCall | None = None
 
@@ -91,12 +100,12 @@ class StreamParser:
     def _text(self, s: str, out: list[StreamEvent]) -> None:
         t = self._content.add(s)
         if t:
-            out.append(StreamEvent("content", t))
+            out.append(StreamEvent(EventKind.CONTENT, t))
 
     def _think(self, s: str, out: list[StreamEvent]) -> None:
         t = self._reasoning.add(s)
         if t:
-            out.append(StreamEvent("reasoning", t))
+            out.append(StreamEvent(EventKind.REASONING, t))
 
     def feed(self, delta: str) -> list[StreamEvent]:
         """Take the next piece of completion text; returns what can be relayed now."""
@@ -161,7 +170,7 @@ class StreamParser:
                 self._buf = ""
                 if calls is not None:
                     self.result.tool_calls.extend(calls)
-                    out.extend(StreamEvent("tool_call", call=c) for c in calls)
+                    out.extend(StreamEvent(EventKind.TOOL_CALL, call=c) for c in calls)
                 else:
                     if '"name"' in buf:
                         self.result.malformed.append(buf)
@@ -184,7 +193,7 @@ class StreamParser:
                     self._text(CALL_OPEN + raw + CALL_CLOSE, out)
                 else:
                     self.result.tool_calls.append(call)
-                    out.append(StreamEvent("tool_call", call=call))
+                    out.append(StreamEvent(EventKind.TOOL_CALL, call=call))
                 continue
             # plain text
             if fmt is ToolFormat.HERMES:

@@ -39,6 +39,7 @@ from ._http import (
     param_choice,
     param_float,
     param_int,
+    param_order,
     param_str,
 )
 from ._index import RANGED, SORTABLE, IndexQuery
@@ -122,7 +123,7 @@ def _index_query(q: Any) -> IndexQuery:
     errors = param_bool(q, "errors")
     return IndexQuery(
         sort=param_choice(q, "sort", SORTABLE, "arrival") or "arrival",
-        order=param_choice(q, "order", ("asc", "desc"), "asc") or "asc",
+        order=param_order(q),
         env=param_str(q, "env"),
         status=param_str(q, "status"),
         stop=param_str(q, "stop"),

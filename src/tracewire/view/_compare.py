@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from ._http import Order
 from ._index import Snapshot
 
 __all__ = ["COMPARE_SORTS", "SAME_EPS", "Selection", "compare"]
@@ -69,7 +70,7 @@ def _mean(d: dict[str, tuple[float, int, int]]) -> float | None:
 
 
 def compare(a: Snapshot, sel_a: Selection, b: Snapshot, sel_b: Selection, *, sort: str = "diff",
-            order: str = "asc", offset: int = 0, limit: int = 100) -> dict[str, Any]:
+            order: Order = Order.ASC, offset: int = 0, limit: int = 100) -> dict[str, Any]:
     """Per-task rows ``{task_key, a, a_n, b, b_n, diff, a_seq, b_seq}`` (one page, sorted;
     tasks on one side only have ``diff: null`` and sort last; ``a_seq`` is A's best episode
     of the task, ``b_seq`` B's worst) and a summary of both sides."""
@@ -89,7 +90,7 @@ def compare(a: Snapshot, sel_a: Selection, b: Snapshot, sel_b: Selection, *, sor
         return (v is None, v if v is not None else 0, r["task_key"])
 
     rows.sort(key=key, reverse=False)
-    if order == "desc":
+    if order == Order.DESC:
         # Missing values stay last either way.
         have = [r for r in rows if key(r)[0] is False][::-1]
         rows = have + [r for r in rows if key(r)[0] is True]

@@ -21,6 +21,7 @@ import orjson
 from numpy.typing import NDArray
 
 from ..store import RunReader
+from ._http import Order
 from ._index import IndexTable, Snapshot
 
 __all__ = ["EQUAL_EPS", "GROUP_ROW", "GROUP_SORTS", "GroupQuery", "GroupTable", "advantages"]
@@ -54,7 +55,7 @@ class GroupQuery:
     step_min: float | None = None
     step_max: float | None = None
     sort: str = "arrival"
-    order: str = "asc"
+    order: Order = Order.ASC
     offset: int = 0
     limit: int = 50
 
@@ -187,7 +188,7 @@ class GroupTable:
             col = {"mean": b.mean, "spread": spread, "std": b.std, "n": b.n}[q.sort]
             key = col[rows]
         order = rows[np.argsort(key, kind="stable")]
-        return order[::-1] if q.order == "desc" else order
+        return order[::-1] if q.order == Order.DESC else order
 
     def _row(self, b: _Built, g: int) -> dict[str, Any]:
         mem = b.members[b.offsets[g] : b.offsets[g + 1]]

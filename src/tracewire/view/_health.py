@@ -58,7 +58,7 @@ class RunHealth:
             else:
                 state = HealthState.NEEDS_REPAIR
             hint = (f"run `tracewire check --repair {self.layout.root}`"
-                    if state is HealthState.NEEDS_REPAIR else None)
+                    if state == HealthState.NEEDS_REPAIR else None)
             self._last = {"state": state, "journals": journals, "status": status, "hint": hint}
             self._at = now
             return self._last

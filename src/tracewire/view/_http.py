@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Awaitable, Callable, Mapping
+from enum import StrEnum
 from typing import Any
 
 import numpy as np
@@ -17,6 +18,7 @@ from aiohttp import web
 
 __all__ = [
     "ID_RE",
+    "Order",
     "bad_request",
     "error",
     "error_middleware",
@@ -27,6 +29,7 @@ __all__ = [
     "param_choice",
     "param_float",
     "param_int",
+    "param_order",
     "param_str",
 ]
 
@@ -129,6 +132,18 @@ def param_choice(q: Mapping[str, str], name: str, choices: tuple[str, ...],
     if v not in choices:
         raise bad_request(f"parameter {name!r} must be one of {', '.join(choices)}")
     return v
+
+
+class Order(StrEnum):
+    """A listing's direction (the ``order`` parameter of the index, groups and compare)."""
+
+    ASC = "asc"
+    DESC = "desc"
+
+
+def param_order(q: Mapping[str, str]) -> Order:
+    """The ``order`` parameter (default ascending)."""
+    return Order(param_choice(q, "order", tuple(Order), Order.ASC) or Order.ASC)
 
 
 def param_bool(q: Mapping[str, str], name: str) -> bool | None:

@@ -22,6 +22,7 @@ from numpy.typing import NDArray
 from ..store import COLUMNS, RunReader
 from ..trace import InfoKey
 from ._cache import LRU
+from ._http import Order
 
 __all__ = ["NUMERIC", "OPTIONAL", "RANGED", "ROW_COLUMNS", "SORTABLE", "TEXT", "IndexQuery",
            "IndexTable", "Snapshot"]
@@ -54,7 +55,7 @@ class IndexQuery:
     """Filters, ordering and page of an index request (already validated)."""
 
     sort: str = "arrival"
-    order: str = "asc"
+    order: Order = Order.ASC
     env: str | None = None
     status: str | None = None
     stop: str | None = None
@@ -242,7 +243,7 @@ class IndexTable:
                 # ties; numpy sorts NaN (missing values) last.
                 full = self._sorted[q.sort] = np.argsort(self._key(q.sort), kind="stable")
             rows = full if mask is None else full[mask[full]]
-        if q.order == "desc":
+        if q.order == Order.DESC:
             rows = rows[::-1]
         self._orders.put(key, rows)
         return rows

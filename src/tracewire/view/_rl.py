@@ -32,6 +32,7 @@ from ._http import (
     param_choice,
     param_float,
     param_int,
+    param_order,
     param_str,
 )
 from ._keys import RUNS, SOURCE
@@ -53,7 +54,7 @@ def _group_query(q: Mapping[str, str]) -> GroupQuery:
         env=param_str(q, "env"), q=param_str(q, "q"),
         step_min=param_float(q, "step_min"), step_max=param_float(q, "step_max"),
         sort=param_choice(q, "sort", GROUP_SORTS, "arrival") or "arrival",
-        order=param_choice(q, "order", ("asc", "desc"), "asc") or "asc",
+        order=param_order(q),
         offset=param_int(q, "offset", 0, lo=0, hi=10**9),
         limit=param_int(q, "limit", 50, lo=1, hi=MAX_GROUPS),
     )
@@ -154,7 +155,7 @@ async def _compare(request: web.Request) -> web.Response:
     sel_a = Selection(param_float(q, "a_step_min"), param_float(q, "a_step_max"))
     sel_b = Selection(param_float(q, "b_step_min"), param_float(q, "b_step_max"))
     sort = param_choice(q, "sort", COMPARE_SORTS, "diff") or "diff"
-    order = param_choice(q, "order", ("asc", "desc"), "asc") or "asc"
+    order = param_order(q)
     offset = param_int(q, "offset", 0, lo=0, hi=10**9)
     limit = param_int(q, "limit", 200, lo=1, hi=MAX_TASKS)
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,7 @@ import orjson
 from .._errors import TracewireError
 from ._heat import Boundary
 
-__all__ = ["MAX_VOCAB", "TokenizerRef", "VocabTable", "resolve_tokenizer"]
+__all__ = ["MAX_VOCAB", "TokenizerKind", "TokenizerRef", "VocabTable", "resolve_tokenizer"]
 
 #: Largest vocabulary served as a table (real models have up to ~260k ids).
 MAX_VOCAB = 1_048_576
@@ -30,12 +31,21 @@ MAX_VOCAB = 1_048_576
 SLICE = 4096
 
 
+class TokenizerKind(StrEnum):
+    """Where a run's token text comes from (``/api/run``'s ``tokenizer.kind``)."""
+
+    #: The built-in model's own tokenizer.
+    BUILTIN = "builtin"
+    #: A tokenizer directory or GGUF file the run names.
+    DIR = "dir"
+
+
 @dataclass(frozen=True)
 class TokenizerRef:
-    """Which tokenizer a run used: ``kind`` "builtin" or "dir" (a directory or GGUF file, with
+    """Which tokenizer a run used: ``kind`` builtin or dir (a directory or GGUF file, with
     ``path``), or None with the ``reason`` no tokenizer is known."""
 
-    kind: str | None
+    kind: TokenizerKind | None
     name: str
     path: Path | None = None
     reason: str = ""
@@ -59,11 +69,11 @@ def resolve_tokenizer(meta: dict[str, Any], run_dir: Path) -> TokenizerRef:
         # A relative directory is taken from where the run was made, else next to the run.
         for cand in (path, run_dir / path) if not path.is_absolute() else (path,):
             if (cand / "tokenizer.json").is_file() or (cand.is_file() and _is_gguf(cand)):
-                return TokenizerRef("dir", str(named), cand.resolve())
+                return TokenizerRef(TokenizerKind.DIR, str(named), cand.resolve())
         return TokenizerRef(None, str(named),
                             reason=f"tokenizer directory {named!r} not found (ids only)")
     if config.get("model", meta.get("model")) == MODEL_NAME:
-        return TokenizerRef("builtin", MODEL_NAME)
+        return TokenizerRef(TokenizerKind.BUILTIN, MODEL_NAME)
     return TokenizerRef(None, "", reason="the run records no tokenizer (ids only)")
 
 
@@ -155,7 +165,7 @@ class VocabTable:
         with self._lock:
             if not self._boundary_done:
                 self._boundary_done = True
-                if self.ref.kind == "dir":
+                if self.ref.kind == TokenizerKind.DIR:
                     try:
                         self._boundary = _boundary(self._tokenizer())
                     except ValueError:
@@ -176,7 +186,7 @@ class VocabTable:
         if ref.kind is None:
             return {**head, "size": 0, "pieces": [], "special": []}
         try:
-            if ref.kind == "builtin":
+            if ref.kind == TokenizerKind.BUILTIN:
                 pieces, special = _builtin_table()
             else:
                 pieces, special = _file_table(self._tokenizer())
