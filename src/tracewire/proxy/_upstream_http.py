@@ -41,6 +41,24 @@ def _failed(exc: BaseException) -> UpstreamError:
     return UpstreamError(f"upstream failed: {exc or type(exc).__name__}")
 
 
+# Answers up to this size are read with one wake-up at their end (``_whole``); it is also
+# the read buffer of a non-streamed call, so such an answer never pauses the socket.
+_WHOLE_BYTES = 8 << 20
+
+
+async def _whole(r: aiohttp.ClientResponse) -> bytes:
+    """The answer's body. With a Content-Length within the read buffer and no content
+    coding, the task waits once for the end (``wait_eof``) and takes the buffer
+    (``read_nowait``) instead of waking per chunk as ``read()`` does (~6 chunks for a 410 KB
+    answer of prompt ids). Anything else goes through ``read()``."""
+    n = r.content_length
+    if n is None or n > _WHOLE_BYTES or r.headers.get("Content-Encoding", "identity") \
+            not in ("identity", ""):
+        return await r.read()
+    await r.content.wait_eof()
+    return r.content.read_nowait()
+
+
 async def _lines(content: aiohttp.StreamReader) -> AsyncIterator[bytes]:
     """SSE lines of any length (aiohttp's readline caps line size; vLLM's first chunk can
     carry a long prompt_token_ids list)."""
@@ -97,8 +115,9 @@ class HttpUpstream(Upstream):
     async def chat(self, request: UpstreamRequest) -> UpstreamReply:
         try:
             async with self.client.post(self.base_url + "/chat/completions",
-                                        data=request.payload, headers=self.headers) as r:
-                data = await r.read()
+                                        data=request.payload, headers=self.headers,
+                                        read_bufsize=_WHOLE_BYTES) as r:
+                data = await _whole(r)
                 status = r.status
         except (aiohttp.ClientError, OSError, TimeoutError) as exc:
             raise _failed(exc) from exc
