@@ -28,14 +28,15 @@ _decode_list = msgspec.json.Decoder(list[msgspec.Raw]).decode
 _CLOSE = 0x5D
 
 
-#: The top-level values the chat parse reads, in the order they are decoded.
-_READ = ("stream", "model", *SAMPLING_KEYS, "return_token_ids", "stream_options")
+#: The top-level values the chat parse reads (a body holds few of them: each present key
+#: is looked up here once rather than each name in the body).
+_READ = frozenset(("stream", "model", *SAMPLING_KEYS, "return_token_ids", "stream_options"))
 
 
-def _finish(up: HarnessRequest, tb: dict[str, bytes]) -> HarnessRequest:
+def _finish(up: HarnessRequest, tb: dict[str, bytes | memoryview]) -> HarnessRequest:
     # Decoded here, so the shared reader is handed plain values rather than a callback
     # into this module (a step's helper never calls back into the step).
-    vals = {k: load_json(v, k) for k in _READ if (v := tb.get(k)) is not None}
+    vals = {k: load_json(v, k) for k, v in tb.items() if k in _READ}
     read_scalars(up, vals.get)
     up.want_ids = bool(vals.get("return_token_ids"))
     up.want_logprobs = bool(vals.get("logprobs"))
@@ -46,7 +47,7 @@ def _finish(up: HarnessRequest, tb: dict[str, bytes]) -> HarnessRequest:
     return up
 
 
-def _messages_span(body: bytes, raw: bytes) -> RawSpan | None:
+def _messages_span(body: bytes, raw: bytes | memoryview) -> RawSpan | None:
     """Where the top-level messages array ``raw`` lies in ``body`` (None if not found)."""
     j = find_value(body, b"messages")
     if j < 0 or not body.startswith(raw, j):
@@ -65,7 +66,7 @@ def parse_chat_bytes(body: bytes) -> HarnessRequest:
         raise BadRequest(400, f"malformed JSON body: {exc}") from exc
     except RecursionError as exc:  # msgspec walks nesting on the C stack
         raise BadRequest(400, "malformed JSON body: nested too deep") from exc
-    tb = {k: bytes(v) for k, v in top.items()}
+    tb: dict[str, bytes | memoryview] = {k: bytes(v) for k, v in top.items()}
     rb = [bytes(r) for r in raws]
     hashes = [raw_hash(r) for r in rb]
     hasher = hashlib.blake2b(b"".join(hashes), digest_size=16)
@@ -103,8 +104,10 @@ def parse_spliced(sp: Spliced) -> HarnessRequest | None:
     end = sp.after + len(mraw) - 1 - len(SENTINEL_JSON)
     if sp.body[end - 1] != _CLOSE:
         return None
-    tb = {k: bytes(v) for k, v in top.items()}
-    tb["messages"] = sp.body[sp.start:end]
+    tb: dict[str, bytes | memoryview] = {k: bytes(v) for k, v in top.items()}
+    # A view: late in a session the array is ~150 KB, and it is only read again on the
+    # slow paths (a mismatch, a hook, a re-join).
+    tb["messages"] = memoryview(sp.body)[sp.start:end]
     rb = [bytes(r) for r in raws[1:]]
     hashes = [raw_hash(r) for r in rb]
     hasher = sp.cache.hasher.copy()

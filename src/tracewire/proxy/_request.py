@@ -22,7 +22,7 @@ _decode_list = msgspec.json.Decoder(list[msgspec.Raw]).decode
 _CLOSE_BRACE = 0x7D
 
 
-@dataclass
+@dataclass(slots=True)
 class HarnessRequest:
     """A harness request in upstream (chat completions) form, plus what matching needs."""
 
@@ -35,8 +35,9 @@ class HarnessRequest:
     want_usage: bool = False
     #: Names of the harness's tools the upstream request could not carry (hosted tools).
     unforwarded: list[str] = field(default_factory=list)
-    #: Chat pass-through: top-level raw JSON values and the raw bytes / hashes per message.
-    top: dict[str, bytes] | None = None
+    #: Chat pass-through: top-level raw JSON values (a spliced body's ``messages`` is a view
+    #: into ``raw_body``) and the raw bytes / hashes per message.
+    top: dict[str, bytes | memoryview] | None = None
     raws: list[bytes] | None = None
     hashes: list[bytes] | None = None
     #: Translated dialects (or hooks): the full chat request as a dict.
