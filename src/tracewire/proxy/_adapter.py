@@ -16,13 +16,15 @@ from ._request import HarnessRequest
 from ._turn_types import Outcome, RequestCache
 from ._validate import check_depth, fail, type_name
 
-__all__ = ["SAMPLING_KEYS", "Adapter", "Spliced", "Streamer", "read_scalars", "up_from_dict"]
+__all__ = ["SAMPLING_KEYS", "Adapter", "Spliced", "Streamer", "read_scalars", "read_values",
+           "up_from_dict"]
 
 SAMPLING_KEYS = (
     "temperature", "top_p", "top_k", "min_p", "max_tokens", "max_completion_tokens", "n",
     "seed", "stop", "presence_penalty", "frequency_penalty", "repetition_penalty",
     "logprobs", "top_logprobs", "tool_choice",
 )
+_SAMPLING = frozenset(SAMPLING_KEYS)
 
 
 def read_scalars(up: HarnessRequest, get: Callable[[str], Any]) -> None:
@@ -36,6 +38,19 @@ def read_scalars(up: HarnessRequest, get: Callable[[str], Any]) -> None:
     up.sampling = {k: v for k in SAMPLING_KEYS if (v := get(k)) is not None}
     for k, v in up.sampling.items():  # recorded on the Call
         check_depth(v, k)
+
+
+def read_values(up: HarnessRequest, vals: dict[str, Any]) -> None:
+    """:func:`read_scalars` from the decoded top-level values ``vals`` (what a chat body
+    holds): the sampling fields are looked for only when the body has one."""
+    if _SAMPLING.isdisjoint(vals):
+        up.stream = bool(vals.get("stream"))
+        model = vals.get("model")
+        if model is not None and not isinstance(model, str):
+            fail("model", f"must be a string, got {type_name(model)}")
+        up.model = model or ""
+        return
+    read_scalars(up, vals.get)
 
 
 def up_from_dict(body: dict[str, Any], original: dict[str, Any], raw: bytes) -> HarnessRequest:

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 import msgspec
 
 from ..trace import Endpoint
-from ._adapter import SAMPLING_KEYS, Adapter, Spliced, read_scalars
+from ._adapter import SAMPLING_KEYS, Adapter, Spliced, read_values
 from ._http import BadRequest, Dialect
 from ._rawjson import SENTINEL_JSON, RawSpan, find_value, skip_ws
 from ._render import ChatReplies
@@ -37,12 +37,12 @@ def _finish(up: HarnessRequest, tb: dict[str, bytes | memoryview]) -> HarnessReq
     # Decoded here, so the shared reader is handed plain values rather than a callback
     # into this module (a step's helper never calls back into the step).
     vals = {k: load_json(v, k) for k, v in tb.items() if k in _READ}
-    read_scalars(up, vals.get)
+    read_values(up, vals)
     up.want_ids = bool(vals.get("return_token_ids"))
     up.want_logprobs = bool(vals.get("logprobs"))
     opts = vals.get("stream_options")
     up.want_usage = isinstance(opts, dict) and bool(opts.get("include_usage"))
-    rest = b"".join(v for k, v in sorted(tb.items()) if k != "messages")
+    rest = b"".join([tb[k] for k in sorted(tb) if k != "messages"])
     up.retry_material = up.hasher.digest() + rest
     return up
 

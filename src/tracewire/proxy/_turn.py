@@ -126,7 +126,9 @@ class TurnPipeline:
                       body: bytes) -> Turn | web.StreamResponse:
         """Parse and match ``body``: its turn, or the remembered answer when it is an SDK
         retry of a committed request. ``BadRequest`` when the body cannot be recorded."""
-        up = await self.parse(adapter, session, body)
+        up = self.parse_inline(adapter, session, body)
+        if up is None:
+            up = await self.parse(adapter, session, body)
         hooks: list[str] = []
         if self.config.request_hooks:
             d = up.as_dict()
@@ -153,7 +155,7 @@ class TurnPipeline:
         cached = session.recall(ikey) if ikey else (session.recall(rkey) if retry > 0 else None)
         if cached is not None:
             return await replay(request, cached)
-        size = sum(len(r) for r in up.raws) if up.raws is not None else len(body)
+        size = sum(map(len, up.raws)) if up.raws is not None else len(body)
         prep = match(session, up) if self.inline(size) else await self.offload(
             size, match, session, up)
         ctx = context(session, prep) if self.upstream.wants_context else None
@@ -168,6 +170,21 @@ class TurnPipeline:
                                want_logprobs=up.want_logprobs or hooked)
         return Turn(session=session, adapter=adapter, up=up, prep=prep, call=call,
                     request=ureq, rkey=rkey, ikey=ikey)
+
+    def parse_inline(self, adapter: Adapter, session: Session,
+                     body: bytes) -> HarnessRequest | None:
+        """The parse step when it runs on the loop (a small body: almost every turn), without
+        a coroutine; None when :meth:`parse` must run it (a body big enough for a thread)."""
+        sp = adapter.splice(body, session.graph.request_cache)
+        if sp is not None:
+            if not self.inline(len(sp.rest)):
+                return None
+            up = adapter.parse_spliced(sp)
+            if up is not None:
+                return up
+        if self.inline(len(body)):
+            return adapter.parse(body, session.tool_args)
+        return None
 
     async def parse(self, adapter: Adapter, session: Session, body: bytes) -> HarnessRequest:
         """The parse step. A harness resends its history: when the messages extend the
@@ -200,8 +217,12 @@ class TurnPipeline:
             size -= reply.span.end - reply.span.start  # the ids are read separately
         out = read_reply(d, reply) if self.inline(size) else await self.offload(
             size, read_reply, d, reply)
-        if reply.span is not None:
-            out.prompt = await self.read_prompt(turn.session, reply.span)
+        span = reply.span
+        if span is not None:
+            # The tail parse inline (no coroutine): it is the usual case.
+            prompt = parse_tail(span, turn.session.graph.prompt_cache)
+            out.prompt = prompt if prompt is not None else await self.offload(
+                span.end - span.start, parse_full, span)
         return d, out, raw
 
     async def read_prompt(self, session: Session, span: RawSpan) -> PromptIds | None:
