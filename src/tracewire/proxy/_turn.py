@@ -175,14 +175,15 @@ class TurnPipeline:
                      body: bytes) -> HarnessRequest | None:
         """The parse step when it runs on the loop (a small body: almost every turn), without
         a coroutine; None when :meth:`parse` must run it (a body big enough for a thread)."""
+        limit = self.config.thread_threshold_bytes
         sp = adapter.splice(body, session.graph.request_cache)
         if sp is not None:
-            if not self.inline(len(sp.rest)):
+            if len(sp.rest) > limit:
                 return None
             up = adapter.parse_spliced(sp)
             if up is not None:
                 return up
-        if self.inline(len(body)):
+        if len(body) <= limit:
             return adapter.parse(body, session.tool_args)
         return None
 
