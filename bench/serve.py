@@ -316,12 +316,6 @@ async def main_backends(runs: int, episodes: int) -> None:
         for c in (ray_c, proc_c, broker_c):
             await _wait_healthy(c)
 
-        async def one(client: EnvClient, task: dict[str, int]) -> Any:
-            res = await client.run(task)
-            for t in res.episode.traces:
-                t.columns.arrays()
-            return res
-
         big, small = {"turns": 1000, "tokens": TOKENS}, {"turns": 10, "tokens": TOKENS}
         clients = {"ray": ray_c, "process": proc_c, "broker": broker_c}
         for c in clients.values():
@@ -361,6 +355,14 @@ async def main_backends(runs: int, episodes: int) -> None:
             p.wait(timeout=60)
 
 
+async def one(client: EnvClient, task: dict[str, int]) -> Any:
+    """One episode of ``task``, its token columns materialised (what a trainer reads)."""
+    res = await client.run(task)
+    for t in res.episode.traces:
+        t.columns.arrays()
+    return res
+
+
 def _cpu_s(pids: list[int]) -> float:
     """CPU seconds (user + system) the processes ``pids`` have used so far."""
     total = 0
@@ -371,7 +373,7 @@ def _cpu_s(pids: list[int]) -> float:
     return total / os.sysconf("SC_CLK_TCK")
 
 
-async def _message_shape(client: EnvClient, one: Any, task: dict[str, int]) -> tuple[int, int]:
+async def _message_shape(client: EnvClient, task: dict[str, int]) -> tuple[int, int]:
     """(messages, bytes per message) one episode of ``task`` takes from worker to client."""
     seen = [0, 0, 0]
     # Counting only: the bench wraps the client's per-message hook on this one instance.
@@ -403,6 +405,7 @@ async def main_curve(runs: int, episodes: int) -> None:
              "tcp://127.0.0.1:0", "--worker-address", "tcp://127.0.0.1:0"]
     curve_proc, curve_addr = _start(serve)
     plain_proc, plain_addr = _start([*serve, "--no-curve"])
+    floors: dict[str, Floor] = {}
     try:
         clients = {"curve": _client(curve_addr), "plain": _client(plain_addr),
                    "curve_broker": _client(curve_addr, direct=False),
@@ -413,20 +416,14 @@ async def main_curve(runs: int, episodes: int) -> None:
         assert (await clients["plain"].health())["curve"] == {"clients": False,
                                                               "workers": False}
 
-        async def one(client: EnvClient, task: dict[str, int]) -> Any:
-            res = await client.run(task)
-            for t in res.episode.traces:
-                t.columns.arrays()
-            return res
-
         big, small = {"turns": 1000, "tokens": TOKENS}, {"turns": 10, "tokens": TOKENS}
         for c in clients.values():
             for _ in range(3):
                 await one(c, small)
-        shape = {name: await _message_shape(clients["plain_broker"], one, task)
+        shape = {name: await _message_shape(clients["plain_broker"], task)
                  for name, task in (("big", big), ("small", small))}
         print("# message shape (messages, bytes each):", shape, file=sys.stderr)
-        floors = {"floor_curve": Floor(curve=True), "floor_plain": Floor(curve=False)}
+        floors["floor_curve"], floors["floor_plain"] = Floor(curve=True), Floor(curve=False)
         # Server side: the broker process and its worker processes.
         procs = {"curve": curve_proc.pid, "plain": plain_proc.pid}
         pids: dict[str, list[int]] = {}
@@ -482,9 +479,9 @@ async def main_curve(runs: int, episodes: int) -> None:
              "1/s", eps["curve_broker"], eps["plain_broker"], "higher", runs)
         for c in clients.values():
             await c.close()
+    finally:
         for f in floors.values():
             f.close()
-    finally:
         for p in (curve_proc, plain_proc):
             p.terminate()
             p.wait(timeout=30)

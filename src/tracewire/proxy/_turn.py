@@ -126,9 +126,7 @@ class TurnPipeline:
                       body: bytes) -> Turn | web.StreamResponse:
         """Parse and match ``body``: its turn, or the remembered answer when it is an SDK
         retry of a committed request. ``BadRequest`` when the body cannot be recorded."""
-        up = self.parse_inline(adapter, session, body)
-        if up is None:
-            up = await self.parse(adapter, session, body)
+        up = await self.parse(adapter, session, body)
         hooks: list[str] = []
         if self.config.request_hooks:
             d = up.as_dict()
@@ -171,22 +169,6 @@ class TurnPipeline:
         return Turn(session=session, adapter=adapter, up=up, prep=prep, call=call,
                     request=ureq, rkey=rkey, ikey=ikey)
 
-    def parse_inline(self, adapter: Adapter, session: Session,
-                     body: bytes) -> HarnessRequest | None:
-        """The parse step when it runs on the loop (a small body: almost every turn), without
-        a coroutine; None when :meth:`parse` must run it (a body big enough for a thread)."""
-        limit = self.config.thread_threshold_bytes
-        sp = adapter.splice(body, session.graph.request_cache)
-        if sp is not None:
-            if len(sp.rest) > limit:
-                return None
-            up = adapter.parse_spliced(sp)
-            if up is not None:
-                return up
-        if len(body) <= limit:
-            return adapter.parse(body, session.tool_args)
-        return None
-
     async def parse(self, adapter: Adapter, session: Session, body: bytes) -> HarnessRequest:
         """The parse step. A harness resends its history: when the messages extend the
         last committed request byte for byte, only the new ones are parsed and hashed."""
@@ -218,12 +200,8 @@ class TurnPipeline:
             size -= reply.span.end - reply.span.start  # the ids are read separately
         out = read_reply(d, reply) if self.inline(size) else await self.offload(
             size, read_reply, d, reply)
-        span = reply.span
-        if span is not None:
-            # The tail parse inline (no coroutine): it is the usual case.
-            prompt = parse_tail(span, turn.session.graph.prompt_cache)
-            out.prompt = prompt if prompt is not None else await self.offload(
-                span.end - span.start, parse_full, span)
+        if reply.span is not None:
+            out.prompt = await self.read_prompt(turn.session, reply.span)
         return d, out, raw
 
     async def read_prompt(self, session: Session, span: RawSpan) -> PromptIds | None:
