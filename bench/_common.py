@@ -93,24 +93,44 @@ async def serve_app(app: Any) -> str:
     return f"http://127.0.0.1:{runner.addresses[0][1]}"
 
 
-def pass_through(target: str, route: str) -> Any:
+def pass_through(target: str, route: str, token_fields: bytes = b"") -> Any:
     """The floor: a bare aiohttp pass-through that POSTs what ``route`` receives to
     ``target`` and answers with its body (same server and client stack as the proxy, nothing
-    parsed, added or recorded): what any aiohttp-based proxy pays per turn."""
+    parsed, added or recorded): what any aiohttp-based proxy pays per turn.
+
+    With ``token_fields`` (JSON object members, e.g. ``b'"return_token_ids":true'``) it is
+    the *same-bytes* floor: those members are spliced in before the body's closing brace, so
+    the upstream sends the answer a recording proxy must receive (vLLM's whole
+    ``prompt_token_ids`` every turn), and the answer is relayed with that last top-level
+    member cut off by one ``rfind``, so the harness gets about what the proxy sends it. Still
+    nothing is parsed: what any proxy that asks for token ids pays per turn."""
     import aiohttp
     from aiohttp import web
 
     client: list[aiohttp.ClientSession] = []
+    cut = b',"prompt_token_ids":'
+    bufsize = 8 << 20 if token_fields else 1 << 16
 
     async def start(_app: web.Application) -> None:
-        client.append(aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)))
+        # The proxy's client settings (no cookie jar, headers set once on the session), so
+        # the floor is as lean as aiohttp lets a pass-through be.
+        client.append(aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=0), cookie_jar=aiohttp.DummyCookieJar(),
+            headers={"Content-Type": "application/json"}))
 
     async def forward(request: web.Request) -> web.Response:
         body = await request.read()
-        async with client[0].post(target, data=body,
-                                  headers={"Content-Type": "application/json"}) as r:
-            return web.Response(body=await r.read(), status=r.status,
-                                content_type="application/json")
+        if token_fields:
+            body = body[:body.rindex(b"}")] + b"," + token_fields + b"}"
+        # The same-bytes floor reads as the proxy does: a read buffer that holds the whole
+        # answer, so its 400 KB of ids never pause the socket (aiohttp's default is 64 KB).
+        async with client[0].post(target, data=body, read_bufsize=bufsize) as r:
+            answer = await r.read()
+            if token_fields:
+                at = answer.rfind(cut)
+                if at > 0:
+                    answer = answer[:at] + b"}"
+            return web.Response(body=answer, status=r.status, content_type="application/json")
 
     app = web.Application(client_max_size=1 << 30)
     app.on_startup.append(start)

@@ -18,6 +18,11 @@ the overhead that is aiohttp's HTTP server and client plus one more hop, not our
 proxy and the floor are measured interleaved (64-session loads in alternating slices,
 one-session turns in alternating blocks of ten), so load from other work on a shared
 machine lands on both alike and the ratios hold where single figures swing.
+``floor_ids_*``: the *same-bytes* floor, also bare (nothing parsed), which asks the upstream
+for the proxy's token fields and relays the answer with its ``prompt_token_ids`` cut off:
+what any proxy that records token ids must receive (the whole prompt's ids every turn, as
+vLLM answers) without anything a recording adds. ``vs_floor_*`` and ``vs_floor_ids_*``
+are the proxy's ratios to each.
 Run: ``.venv/bin/python bench/proxy.py [SECONDS] [--shared-upstream] [--no-pin]``.
 """
 
@@ -125,19 +130,27 @@ def _proxy_main(upstream: str, n: int, q: Any, clock: Any) -> None:
     asyncio.run(main())
 
 
-def _floor_main(upstream: str, q: Any, clock: Any) -> None:
+def _floor_main(upstream: str, q: Any, clock: Any, same_bytes: bool = False) -> None:
     """The floor: a bare aiohttp pass-through (same server and client stack as the proxy,
-    nothing parsed, added or recorded). What any aiohttp-based proxy pays per turn."""
+    nothing parsed, added or recorded). What any aiohttp-based proxy pays per turn. With
+    ``same_bytes`` it asks for the proxy's token fields and relays the answer without its
+    prompt ids (``pass_through``): what any proxy that records token ids pays."""
     _tune()  # as the proxy does (ProxyConfig.tune_memory), so the floor is a floor
     gc.freeze()
     serve_clock(clock)
+    fields = orjson.dumps(_TOKEN_FIELDS)[1:-1] if same_bytes else b""
 
     async def main() -> None:
-        url = await serve_app(pass_through(upstream + "/chat/completions", "/v1/chat/completions"))
+        url = await serve_app(pass_through(upstream + "/chat/completions",
+                                           "/v1/chat/completions", fields))
         q.put(url + "/v1")
         await asyncio.Event().wait()
 
     asyncio.run(main())
+
+
+#: What the proxy adds to every upstream request (ProxyConfig's default token fields).
+_TOKEN_FIELDS = {"return_token_ids": True, "logprobs": True}
 
 
 def _pct(xs: list[float], p: float) -> float:
@@ -175,7 +188,7 @@ async def _load(targets: list[tuple[str, str]], rate: float, seconds: float,
                 msgs.append({"role": "user", "content": f"session {i} turn {k}"})
                 body: dict[str, Any] = {"model": "fake", "messages": msgs}
                 if token_fields:
-                    body |= {"return_token_ids": True, "logprobs": True}
+                    body |= _TOKEN_FIELDS
                 lat.append(await _post(c, url + "/chat/completions", orjson.dumps(body), secret))
                 msgs.append({"role": "assistant", "content": f"ok {len(msgs)}"})
                 k += 1
@@ -207,8 +220,7 @@ async def _one_session(targets: list[tuple[str, str, Any, bool]], upstream: str,
                     msgs.append({"role": "user", "content": f"turn {k}: " + "words " * 10})
                     body = orjson.dumps({"model": "fake", "messages": msgs})
                     direct_body = orjson.dumps({"model": "fake", "messages": msgs,
-                                                "return_token_ids": True, "logprobs": True}
-                                               ) if token_fields else body
+                                                **_TOKEN_FIELDS}) if token_fields else body
                     prox = await _post(c, url + "/chat/completions", body, secret)
                     cost[k] = prox - min([await _post(c, up, direct_body, "x")
                                           for _ in range(2)])
@@ -226,29 +238,32 @@ def _line(case: str, metric: str, ours: float, runs: int, baseline: float | None
                       "better": "lower", "runs": runs}), flush=True)
 
 
-async def _measure(upstream: str, floor: str, sessions: list[tuple[str, str]],
-                   seconds: float, pclock: Any, fclock: Any) -> None:
+async def _measure(upstream: str, floors: list[tuple[str, str, Any]],
+                   sessions: list[tuple[str, str]], seconds: float, pclock: Any) -> None:
+    """``floors``: (case prefix, URL, CPU clock) of each floor, measured beside the proxy."""
     direct_targets = [(upstream, "x")] * 64
-    floor_targets = [(floor, "x")] * 64
     await _load(direct_targets, 500, 1.0, True)  # warm up
     await _load(sessions[:64], 500, 1.0, False)
-    await _load(floor_targets, 500, 1.0, False)
+    for _, floor, _ in floors:
+        await _load([(floor, "x")] * 64, 500, 1.0, False)
     d_lat: list[float] = []
     p_lat: list[float] = []
-    f_lat: list[float] = []
+    f_lat: dict[str, list[float]] = {name: [] for name, _, _ in floors}
+    f_sec = dict.fromkeys(f_lat, 0.0)
     fd_lat: list[float] = []
-    p_sec = f_sec = 0.0
+    p_sec = 0.0
     # Slices of each load in turn, so that load from other work on the machine lands on the
-    # proxy and the floor alike.
+    # proxy and the floors alike.
     for _ in range(_SLICES):
         part = seconds / _SLICES
         d_lat += await _load(direct_targets, 500, part, True)
         c0 = read_clock(pclock)
         p_lat += await _load(sessions[:64], 500, part, False)
         p_sec += read_clock(pclock) - c0
-        f0 = read_clock(fclock)
-        f_lat += await _load(floor_targets, 500, part, False)
-        f_sec += read_clock(fclock) - f0
+        for name, floor, fclock in floors:
+            f0 = read_clock(fclock)
+            f_lat[name] += await _load([(floor, "x")] * 64, 500, part, False)
+            f_sec[name] += read_clock(fclock) - f0
         fd_lat += await _load(direct_targets, 500, part, False)
     n = min(len(d_lat), len(p_lat))
     _line("overhead_64_sessions", "overhead_p50_ms",
@@ -259,39 +274,50 @@ async def _measure(upstream: str, floor: str, sessions: list[tuple[str, str]],
     _line("overhead_64_sessions", "direct_p99_ms", _pct(d_lat, 0.99), n)
     _line("overhead_64_sessions", "proxied_p99_ms", _pct(p_lat, 0.99), n)
     # CPU the proxy process spent per turn: robust to other load on the machine, and
-    # 1000 / this is the turns/s one proxy process can sustain. The floor's, same load.
+    # 1000 / this is the turns/s one proxy process can sustain. The floors', same load.
     p_cpu = p_sec * 1000 / len(p_lat)
-    f_cpu = f_sec * 1000 / len(f_lat)
     _line("overhead_64_sessions", "proxy_cpu_per_turn_ms", p_cpu, len(p_lat))
-    _line("floor_64_sessions", "cpu_per_turn_ms", f_cpu, len(f_lat))
-    _line("vs_floor_64_sessions", "cpu_per_turn_x", p_cpu / f_cpu, len(p_lat), unit="x")
-    n = min(len(f_lat), len(fd_lat))
-    _line("floor_64_sessions", "overhead_p50_ms",
-          statistics.median(f_lat) - statistics.median(fd_lat), n)
-    _line("floor_64_sessions", "overhead_p99_ms", _pct(f_lat, 0.99) - _pct(fd_lat, 0.99), n)
+    for name, _, _ in floors:
+        lat = f_lat[name]
+        f_cpu = f_sec[name] * 1000 / len(lat)
+        _line(f"{name}_64_sessions", "cpu_per_turn_ms", f_cpu, len(lat))
+        _line(f"vs_{name}_64_sessions", "cpu_per_turn_x", p_cpu / f_cpu, len(p_lat), unit="x")
+        # The same-bytes floor's direct twin would ask for token ids: its p50 is compared
+        # with the proxy's direct figure, the plain floor's with a direct call without them.
+        direct = d_lat if name != "floor" else fd_lat
+        n = min(len(lat), len(direct))
+        _line(f"{name}_64_sessions", "overhead_p50_ms",
+              statistics.median(lat) - statistics.median(direct), n)
+        _line(f"{name}_64_sessions", "overhead_p99_ms",
+              _pct(lat, 0.99) - _pct(direct, 0.99), n)
     url, secret = sessions[64]
-    # The floor relays what the harness asked for, so its direct twin asks for no token ids.
-    (cost, cpu), (floor_cost, floor_cpu) = await _one_session(
-        [(url, secret, pclock, True), (floor, "x", fclock, False)], upstream, 1000)
+    # The plain floor relays what the harness asked for, so its direct twin asks for no
+    # token ids; the same-bytes floor's asks for them, as the proxy's does.
+    runs = await _one_session(
+        [(url, secret, pclock, True),
+         *((floor, "x", fclock, name != "floor") for name, floor, fclock in floors)],
+        upstream, 1000)
     med: dict[tuple[str, str], float] = {}
-    for case, c, u in (("one_session", cost, cpu), ("floor_one_session", floor_cost, floor_cpu)):
+    cases = ["one_session", *(f"{name}_one_session" for name, _, _ in floors)]
+    for case, (c, u) in zip(cases, runs, strict=True):
         for name, window in (("turn_10", _EARLY), ("turn_1000", _LATE)):
             med[case, name] = statistics.median(c[k] for k in window)
             _line(case, f"{name}_ms", med[case, name], len(window))
             med[case, name + "_cpu"] = statistics.median(u[k] for k in window)
             _line(case, f"{name}_cpu_ms", med[case, name + "_cpu"], len(window))
-    for name in ("turn_10", "turn_1000"):
-        _line("vs_floor_one_session", f"{name}_cpu_x", med["one_session", name + "_cpu"]
-              / med["floor_one_session", name + "_cpu"], len(_EARLY), unit="x")
-    # How the proxy's cost grows from turn 10 to turn 1,000, relative to the floor's growth.
-    _line("vs_floor_one_session", "growth_x",
-          (med["one_session", "turn_1000"] / med["one_session", "turn_10"])
-          / (med["floor_one_session", "turn_1000"] / med["floor_one_session", "turn_10"]),
-          len(_LATE), unit="x")
-    _line("vs_floor_one_session", "cpu_growth_x",
-          (med["one_session", "turn_1000_cpu"] / med["one_session", "turn_10_cpu"])
-          / (med["floor_one_session", "turn_1000_cpu"] / med["floor_one_session", "turn_10_cpu"]),
-          len(_LATE), unit="x")
+    for fname, _, _ in floors:
+        fc, vs = f"{fname}_one_session", f"vs_{fname}_one_session"
+        for name in ("turn_10", "turn_1000"):
+            _line(vs, f"{name}_cpu_x",
+                  med["one_session", name + "_cpu"] / med[fc, name + "_cpu"], len(_EARLY),
+                  unit="x")
+        # How the proxy's cost grows from turn 10 to turn 1,000, relative to the floor's.
+        _line(vs, "growth_x",
+              (med["one_session", "turn_1000"] / med["one_session", "turn_10"])
+              / (med[fc, "turn_1000"] / med[fc, "turn_10"]), len(_LATE), unit="x")
+        _line(vs, "cpu_growth_x",
+              (med["one_session", "turn_1000_cpu"] / med["one_session", "turn_10_cpu"])
+              / (med[fc, "turn_1000_cpu"] / med[fc, "turn_10_cpu"]), len(_LATE), unit="x")
 
 
 #: Turns a one-session target runs before the next target takes its turn.
@@ -319,19 +345,24 @@ async def _run(seconds: float, shared: bool, pin: bool) -> None:
         else:
             runner, upstream = await _start_upstream()
         pclock, pclock_child = ctx.Pipe()
-        fclock, fclock_child = ctx.Pipe()
-        fl = ctx.Process(target=_floor_main, args=(upstream, q, fclock_child), daemon=True)
-        fl.start()
-        procs.append(fl)
-        floor = await loop.run_in_executor(None, q.get, True, 60)
+        floors: list[tuple[str, str, Any]] = []
+        for name, same_bytes in (("floor", False), ("floor_ids", True)):
+            fclock, fclock_child = ctx.Pipe()
+            fl = ctx.Process(target=_floor_main, args=(upstream, q, fclock_child, same_bytes),
+                             daemon=True)
+            fl.start()
+            procs.append(fl)
+            floors.append((name, await loop.run_in_executor(None, q.get, True, 60), fclock))
         px = ctx.Process(target=_proxy_main, args=(upstream, 65, q, pclock_child), daemon=True)
         px.start()
         procs.append(px)
+        measured = procs[-3:]
         if pin:
-            # The floor takes the proxy's core too: it is measured in its place.
-            _pin([px.pid or 0, fl.pid or 0], [p.pid or 0 for p in procs if p not in (px, fl)])
+            # The floors take the proxy's core too: they are measured in its place.
+            _pin([p.pid or 0 for p in measured],
+                 [p.pid or 0 for p in procs if p not in measured])
         sessions = await loop.run_in_executor(None, q.get, True, 60)
-        await _measure(upstream, floor, sessions, seconds, pclock, fclock)
+        await _measure(upstream, floors, sessions, seconds, pclock)
     finally:
         for p in procs:
             p.terminate()
