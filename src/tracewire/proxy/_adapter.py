@@ -27,14 +27,18 @@ SAMPLING_KEYS = (
 _SAMPLING = frozenset(SAMPLING_KEYS)
 
 
-def read_scalars(up: HarnessRequest, get: Callable[[str], Any]) -> None:
-    """Fill ``up``'s stream flag, model and sampling fields from the upstream-form request
-    whose top-level values ``get`` returns (None when absent)."""
+def read_scalars(up: HarnessRequest, get: Callable[[str], Any], *,
+                 sampling: bool = True) -> None:
+    """Fill ``up``'s stream flag, model and (unless ``sampling`` is false: the request has
+    none) sampling fields from the upstream-form request whose top-level values ``get``
+    returns (None when absent)."""
     up.stream = bool(get("stream"))
     model = get("model")
     if model is not None and not isinstance(model, str):
         fail("model", f"must be a string, got {type_name(model)}")
     up.model = model or ""
+    if not sampling:
+        return
     up.sampling = {k: v for k in SAMPLING_KEYS if (v := get(k)) is not None}
     for k, v in up.sampling.items():  # recorded on the Call
         check_depth(v, k)
@@ -43,14 +47,7 @@ def read_scalars(up: HarnessRequest, get: Callable[[str], Any]) -> None:
 def read_values(up: HarnessRequest, vals: dict[str, Any]) -> None:
     """:func:`read_scalars` from the decoded top-level values ``vals`` (what a chat body
     holds): the sampling fields are looked for only when the body has one."""
-    if _SAMPLING.isdisjoint(vals):
-        up.stream = bool(vals.get("stream"))
-        model = vals.get("model")
-        if model is not None and not isinstance(model, str):
-            fail("model", f"must be a string, got {type_name(model)}")
-        up.model = model or ""
-        return
-    read_scalars(up, vals.get)
+    read_scalars(up, vals.get, sampling=not _SAMPLING.isdisjoint(vals))
 
 
 def up_from_dict(body: dict[str, Any], original: dict[str, Any], raw: bytes) -> HarnessRequest:

@@ -192,4 +192,3 @@ def _same(a: NDArray[np.int32], b: NDArray[np.int32]) -> bool:
     if a.shape != b.shape or a.dtype != b.dtype:
         return bool(np.array_equal(a, b))
     return a.tobytes() == b.tobytes()
-

@@ -96,9 +96,10 @@ class HttpUpstream(Upstream):
 
     async def start(self) -> None:
         if self._client is None:
-            # No cookie jar and the headers set once on the session: each call then skips
-            # a cookie filter and a header merge (~9 % of the proxy's CPU per turn at 64
-            # sessions, bench/README.md). Inference servers set no cookies.
+            # No cookie jar, and the headers (content type, bearer token) set once on the
+            # session for every call: each call then skips a cookie filter and a header
+            # merge (~9 % of the proxy's CPU per turn at 64 sessions, bench/README.md).
+            # Inference servers set no cookies.
             self._client = aiohttp.ClientSession(
                 connector=aiohttp.TCPConnector(limit=self.connections),
                 timeout=aiohttp.ClientTimeout(total=self.timeout), auto_decompress=True,
@@ -152,7 +153,7 @@ class HttpUpstream(Upstream):
     async def stream_chat(self, request: UpstreamRequest) -> AsyncIterator[StreamChunk]:
         try:
             async with self.client.post(self.base_url + "/chat/completions",
-                                        data=request.payload, headers=self.headers) as r:
+                                        data=request.payload) as r:
                 if r.status >= 400:
                     raise _refused(await r.read(), r.status)
                 async for line in _lines(r.content):
@@ -173,7 +174,7 @@ class HttpUpstream(Upstream):
 
     async def models(self) -> bytes:
         try:
-            async with self.client.get(self.base_url + "/models", headers=self.headers) as r:
+            async with self.client.get(self.base_url + "/models") as r:
                 data = await r.read()
                 status = r.status
         except (aiohttp.ClientError, OSError, TimeoutError) as exc:
@@ -190,15 +191,14 @@ class HttpUpstream(Upstream):
         if body.get("tools"):
             req["tools"] = body["tools"]
         try:
-            async with self.client.post(root + "/tokenize", data=orjson.dumps(req),
-                                        headers=self.headers) as r:
+            async with self.client.post(root + "/tokenize", data=orjson.dumps(req)) as r:
                 if r.status == 200:
                     d = orjson.loads(await r.read())
                     if isinstance(d, dict) and isinstance(d.get("count"), int):
                         return int(d["count"])
             probe = {**{k: v for k, v in body.items() if k != "stream"}, "max_tokens": 1}
             async with self.client.post(self.base_url + "/chat/completions",
-                                        data=orjson.dumps(probe), headers=self.headers) as r:
+                                        data=orjson.dumps(probe)) as r:
                 data = await r.read()
                 if r.status == 200:
                     d = orjson.loads(data)
