@@ -6,7 +6,9 @@ node and error timestamps, the store's ``written``/``started`` times) and ``uuid
 (trace, episode, session and group ids; the built-in model's reply and tool-call ids; the
 Anthropic/Responses item ids). So the generator replaces exactly those two functions, plus
 ``secrets.token_bytes`` (session secrets, worker ids) so that nothing differs from run to run,
-and nothing else: no record, frame or payload is rewritten or dropped afterwards (the
+and the date chat templates print (:func:`fix_template_dates`: the llama3 fixture's system
+header says "Today Date: ...", so its bytes changed every day), and nothing else: no
+record, frame or payload is rewritten or dropped afterwards (the
 generator names the few exceptions where it makes them). Durations come out 0 (every
 ``time.time()`` is :data:`T0`); ``time.monotonic``/``perf_counter`` (which asyncio, timeouts
 and pacing use) are left alone, and no recorded field reads them.
@@ -23,6 +25,7 @@ lands inside a case.
 
 from __future__ import annotations
 
+import datetime
 import hashlib
 import random
 import re
@@ -32,7 +35,7 @@ import threading
 import time
 import uuid
 
-__all__ = ["T0", "install", "reseed"]
+__all__ = ["T0", "fix_template_dates", "install", "reseed"]
 
 #: The fixed wall clock: 2026-01-01T00:00:00Z.
 T0 = 1_767_225_600.0
@@ -98,3 +101,23 @@ def install() -> None:
     uuid.uuid4 = _uuid4
     secrets.token_bytes = _token_bytes
     _installed = True
+
+
+class _FixedDatetime(datetime.datetime):
+    """A ``datetime`` whose ``now()`` is :data:`T0` (in UTC, naive unless asked for a zone)."""
+
+    @classmethod
+    def now(cls, tz: datetime.tzinfo | None = None) -> _FixedDatetime:
+        at = cls.fromtimestamp(T0, datetime.timezone.utc)
+        return at.replace(tzinfo=None) if tz is None else at.astimezone(tz)
+
+
+def fix_template_dates() -> None:
+    """Make transformers' chat-template ``strftime_now`` read the fixed clock (it reads
+    ``datetime.now()``, which the clock patch above does not reach). Call once
+    transformers is imported; a no-op without it."""
+    try:
+        from transformers.utils import chat_template_utils
+    except ImportError:
+        return
+    chat_template_utils.datetime = _FixedDatetime  # type: ignore[attr-defined,misc]

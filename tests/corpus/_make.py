@@ -26,7 +26,7 @@ from ._evals import command_records, eval_records, eval_samples, served_records,
 from ._files import GOLDEN, read_dir, write_dir
 from ._handmade import handmade_records
 from ._http import http_records
-from ._runs import Corpus
+from ._runs import Corpus, det
 from ._sdk import sdk_records
 from ._wire import wire_frames
 
@@ -43,6 +43,7 @@ def _import_everything() -> None:
                  "tracewire.sessions", "tracewire.store", "tracewire.tito",
                  "tracewire.tito.fixtures"):
         importlib.import_module(name)
+    det.fix_template_dates()
 
 
 async def generate() -> Corpus:
