@@ -108,7 +108,7 @@ class _FixedDatetime(datetime.datetime):
 
     @classmethod
     def now(cls, tz: datetime.tzinfo | None = None) -> _FixedDatetime:
-        at = cls.fromtimestamp(T0, datetime.timezone.utc)
+        at = cls.fromtimestamp(T0, datetime.UTC)
         return at.replace(tzinfo=None) if tz is None else at.astimezone(tz)
 
 
