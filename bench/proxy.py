@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import itertools
 import json
 import multiprocessing as mp
 import os
@@ -169,8 +170,11 @@ async def _post(c: aiohttp.ClientSession, url: str, body: bytes, secret: str) ->
 
 async def _load(targets: list[tuple[str, str]], rate: float, seconds: float,
                 token_fields: bool) -> list[float]:
-    """Each target gets rate/len(targets) turns/s of a 10-turn conversation, restarted."""
+    """Each target gets rate/len(targets) turns/s of a 10-turn conversation, restarted.
+    Every turn's user message is new (the load's number is in it): a target that records
+    must then add it, as in real use, rather than match a conversation it has seen."""
     lat: list[float] = []
+    tag = next(_LOADS)
     per = rate / len(targets)
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as c:
 
@@ -185,7 +189,7 @@ async def _load(targets: list[tuple[str, str]], rate: float, seconds: float,
                 await asyncio.sleep(max(0.0, due - time.perf_counter()))
                 if len(msgs) >= 20:
                     msgs = []
-                msgs.append({"role": "user", "content": f"session {i} turn {k}"})
+                msgs.append({"role": "user", "content": f"load {tag} session {i} turn {k}"})
                 body: dict[str, Any] = {"model": "fake", "messages": msgs}
                 if token_fields:
                     body |= _TOKEN_FIELDS
@@ -320,6 +324,8 @@ async def _measure(upstream: str, floors: list[tuple[str, str, Any]],
               / (med[fc, "turn_1000_cpu"] / med[fc, "turn_10_cpu"]), len(_LATE), unit="x")
 
 
+#: Numbers each ``_load`` call, so no two calls send the same conversation.
+_LOADS = itertools.count()
 #: Turns a one-session target runs before the next target takes its turn.
 _BLOCK = 10
 #: How many alternating slices the 64-session loads are measured in.

@@ -9,6 +9,7 @@ from typing import Any
 
 import aiohttp
 import orjson
+import pytest
 
 from tracewire.proxy import Proxy
 from tracewire.proxy._prompt import PromptCache, parse_tail
@@ -67,6 +68,44 @@ async def test_long_linear_session_stays_token_exact(fake: Fake, proxy: Proxy) -
     check_linear(h.session.trace, [t.prompt for t in log], [t.completion for t in log],
                  [t.logprobs for t in log])
     assert len(_roots(h.session.trace)) == 1
+
+
+async def test_a_resent_plain_answer_is_matched_by_its_bytes(
+        fake: Fake, proxy: Proxy, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The commit indexes a plain-text answer's compact {"role", "content"} bytes (how orjson
+    # and the openai SDK write a dict of the two): resent so, it is matched undecoded.
+    from tracewire.proxy import _request
+
+    decoded: list[bytes] = []
+    real = _request.checked_message
+
+    def spy(d: Any, where: str) -> Any:
+        decoded.append(bytes(d))
+        return real(d, where)
+
+    monkeypatch.setattr(_request, "checked_message", spy)
+    h = Harness(proxy)
+    msgs: list[dict[str, Any]] = [{"role": "user", "content": "first"}]
+    a = await h.turn(msgs)
+    msgs += [{"role": "assistant", "content": a["content"]}, {"role": "user", "content": "2nd"}]
+    decoded.clear()
+    await h.turn(msgs)
+    assert [orjson.loads(d)["role"] for d in decoded] == ["user"]
+    t = h.session.trace
+    assert [(n.message.role, n.sampled) for n in t.nodes] == [
+        ("user", False), ("assistant", True), ("user", False), ("assistant", True)]
+    # The same form with other text is not that answer: decoded, and a node of its own.
+    edited = [msgs[0], {"role": "assistant", "content": a["content"] + "!"},
+              {"role": "user", "content": "3rd"}]
+    decoded.clear()
+    await h.turn(edited)
+    assert [orjson.loads(d)["role"] for d in decoded] == ["assistant", "user"]
+    leaf = t.calls[-1].node
+    assert leaf is not None
+    path = [t.nodes[i] for i in t.path(leaf)]
+    assert [(n.message.content, n.sampled) for n in path[:3]] == [
+        ("first", False), (a["content"] + "!", False), ("3rd", False)]
+    assert t.branch(leaf).ids.tolist() == fake.log[-1].prompt + fake.log[-1].completion
 
 
 async def test_edited_earlier_message_is_not_skipped(fake: Fake, proxy: Proxy) -> None:

@@ -102,6 +102,7 @@ def append_turn(graph: TurnGraph, prep: Prepared, out: Outcome, call: Call,
             nm, parent, sampled=True, ids=ids, logprobs=lps, has_tokens=ids is not None
         )
         nodes.append(node)
+        graph.alias_answer(node)
         c = Call(
             model=out.model or call.model, endpoint=call.endpoint, sampling=call.sampling,
             finish_reason=ch.finish_reason, usage=dict(out.usage), span=call.span,

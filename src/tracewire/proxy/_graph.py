@@ -15,11 +15,12 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import orjson
 from numpy.typing import NDArray
 
 from ..trace import Trace, message_digest
 from ._prompt import PromptCache, PromptIds
-from ._turn_types import NewMessage, RequestCache
+from ._turn_types import NewMessage, RequestCache, raw_hash
 
 __all__ = ["TurnGraph"]
 
@@ -160,6 +161,19 @@ class TurnGraph:
         if pids is None or not np.array_equal(full[:plen], pids):
             return None
         return full[plen:]
+
+    def alias_answer(self, node: int) -> None:
+        """Index the bytes a harness most often resends the plain-text answer at ``node`` as
+        (the compact JSON of a dict of its role and content, as orjson and the openai SDK
+        write it), so the next request matches it by hash without decoding it. Only an
+        alias of the same canonical message: a resend in any other form is decoded and
+        digested as before."""
+        nd = self.trace.nodes[node]
+        m = nd.message
+        if m.tool_calls or not isinstance(m.content, str) or m.tool_call_id or m.name:
+            return
+        raw = orjson.dumps({"role": m.role, "content": m.content})
+        self._fast[(nd.parent, raw_hash(raw))] = node
 
     def depth(self, node: int | None) -> int:
         """Messages on the path ending at ``node``."""

@@ -51,10 +51,17 @@ def _from_logprobs(ch: dict[str, Any]) -> tuple[list[int] | None, list[float] | 
     lps: list[float] | None = None
     if isinstance(lp, dict) and isinstance(lp.get("content"), list):
         content = lp["content"]
-        lps = [float(e.get("logprob", float("nan"))) for e in content]
-        toks = [e.get("token") for e in content]
-        if toks and all(isinstance(t, str) and t.startswith("token_id:") for t in toks):
-            ids = [int(t[9:]) for t in toks]
+        try:  # every entry has its logprob (vLLM, SGLang): no default looked up per token
+            lps = [float(e["logprob"]) for e in content]
+        except (KeyError, TypeError):
+            lps = [float(e.get("logprob", float("nan"))) for e in content]
+        # Ids spelled as tokens ("token_id:N", vLLM's return_tokens_as_token_ids): the
+        # first entry says whether to look at the others.
+        first = content[0].get("token") if content else None
+        if isinstance(first, str) and first.startswith("token_id:"):
+            toks = [e.get("token") for e in content]
+            if all(isinstance(t, str) and t.startswith("token_id:") for t in toks):
+                ids = [int(t[9:]) for t in toks]
     meta = ch.get("meta_info")
     if isinstance(meta, dict) and isinstance(meta.get("output_token_logprobs"), list):
         out = meta["output_token_logprobs"]

@@ -228,11 +228,17 @@ class TurnPipeline:
         body = adapter.reply(turn.up, d, out, raw)
         turn.remember((200, "application/json", body))
         # The answer is complete and validated; recording it is not the harness's wait.
-        # aiohttp writes the response right after this returns, and a callback queued now
-        # runs on the next loop pass, before any request that reaches us after the answer
-        # (asyncio runs queued callbacks before those of newly polled I/O).
-        asyncio.get_running_loop().call_soon(self._commit_soon, turn, out)
-        return web.Response(body=body, content_type="application/json")
+        # The response is written here (handed to the socket, which sends it at once
+        # unless its buffer is full) and the turn committed right after, in this task:
+        # before this connection's next request is read, and without a loop pass of its
+        # own (a callback queued for the next pass cost one more wake-up per turn).
+        resp = web.Response(body=body, content_type="application/json")
+        try:
+            await resp.prepare(request)
+            await resp.write_eof()
+        finally:
+            self._commit_safely(turn, out)
+        return resp
 
     async def stream(self, request: web.Request, turn: Turn) -> web.StreamResponse:
         """Serve a streamed turn: relay the chunks as they arrive, commit the turn once it
@@ -277,7 +283,7 @@ class TurnPipeline:
         turn.end_span()
         _commit.fail(turn.session.graph, turn.call, error, prompt_node=turn.prep.parent)
 
-    def _commit_soon(self, turn: Turn, out: Outcome) -> None:
+    def _commit_safely(self, turn: Turn, out: Outcome) -> None:
         try:
             self.commit(turn, out)
         except Exception as exc:  # a bug: keep serving, and say so on the trace
