@@ -12,12 +12,14 @@ Cases:
 ``overhead_64_sessions`` (64 sessions, 500 turns/s in total, p50/p99 of proxy latency minus
 the direct latency at the same load) and ``one_session`` (the proxy's own cost of turn 10
 vs. turn 1,000 of one long session: proxied minus direct latency of the same request,
-medians of turns 5-24 and 981-1000). ``floor_*``: the same for a bare aiohttp pass-through
-that parses and records nothing (``_floor_main``), measured in the same run: the part of
-the overhead that is aiohttp's HTTP server and client plus one more hop, not ours. The
-proxy and the floor are measured interleaved (64-session loads in alternating slices,
-one-session turns in alternating blocks of ten), so load from other work on a shared
-machine lands on both alike and the ratios hold where single figures swing.
+medians of turns 5-24, of that session and of four fresh ones, and of turns 981-1000;
+every 64-session turn carries a new user message, as in real use). ``floor_*``: the same
+for a bare aiohttp pass-through that parses and records nothing (``_floor_main``),
+measured in the same run: the part of the overhead that is aiohttp's HTTP server and
+client plus one more hop, not ours. The proxy and the floor are measured interleaved
+(64-session loads in alternating slices, one-session turns in alternating blocks of ten),
+so load from other work on a shared machine lands on both alike and the ratios hold where
+single figures swing.
 ``floor_ids_*``: the *same-bytes* floor, also bare (nothing parsed), which asks the upstream
 for the proxy's token fields and relays the answer with its ``prompt_token_ids`` cut off:
 what any proxy that records token ids must receive (the whole prompt's ids every turn, as
@@ -294,26 +296,34 @@ async def _measure(upstream: str, floors: list[tuple[str, str, Any]],
               statistics.median(lat) - statistics.median(direct), n)
         _line(f"{name}_64_sessions", "overhead_p99_ms",
               _pct(lat, 0.99) - _pct(direct, 0.99), n)
-    url, secret = sessions[64]
-    # The plain floor relays what the harness asked for, so its direct twin asks for no
-    # token ids; the same-bytes floor's asks for them, as the proxy's does.
-    runs = await _one_session(
-        [(url, secret, pclock, True),
-         *((floor, "x", fclock, name != "floor") for name, floor, fclock in floors)],
-        upstream, 1000)
+    def one(url: str, secret: str) -> list[tuple[str, str, Any, bool]]:
+        # The plain floor relays what the harness asked for, so its direct twin asks for
+        # no token ids; the same-bytes floor's asks for them, as the proxy's does.
+        return [(url, secret, pclock, True),
+                *((floor, "x", fclock, name != "floor") for name, floor, fclock in floors)]
+
+    # Turn 10 from several fresh conversations (one turn's CPU swings with whatever else
+    # the machine does in that millisecond), turn 1,000 from the one long conversation.
+    early = [await _one_session(one(*sessions[65 + r]), upstream, _EARLY.stop - 1)
+             for r in range(_EARLY_ROUNDS)]
+    runs = await _one_session(one(*sessions[64]), upstream, 1000)
     med: dict[tuple[str, str], float] = {}
     cases = ["one_session", *(f"{name}_one_session" for name, _, _ in floors)]
-    for case, (c, u) in zip(cases, runs, strict=True):
+    for i, (case, (c, u)) in enumerate(zip(cases, runs, strict=True)):
         for name, window in (("turn_10", _EARLY), ("turn_1000", _LATE)):
-            med[case, name] = statistics.median(c[k] for k in window)
-            _line(case, f"{name}_ms", med[case, name], len(window))
-            med[case, name + "_cpu"] = statistics.median(u[k] for k in window)
-            _line(case, f"{name}_cpu_ms", med[case, name + "_cpu"], len(window))
+            conv = [(c, u)] + ([e[i] for e in early] if window is _EARLY else [])
+            lat = [cc[k] for cc, _ in conv for k in window]
+            cpu = [uu[k] for _, uu in conv for k in window]
+            med[case, name] = statistics.median(lat)
+            _line(case, f"{name}_ms", med[case, name], len(lat))
+            med[case, name + "_cpu"] = statistics.median(cpu)
+            _line(case, f"{name}_cpu_ms", med[case, name + "_cpu"], len(cpu))
     for fname, _, _ in floors:
         fc, vs = f"{fname}_one_session", f"vs_{fname}_one_session"
         for name in ("turn_10", "turn_1000"):
             _line(vs, f"{name}_cpu_x",
-                  med["one_session", name + "_cpu"] / med[fc, name + "_cpu"], len(_EARLY),
+                  med["one_session", name + "_cpu"] / med[fc, name + "_cpu"],
+                  len(_EARLY) * (1 + _EARLY_ROUNDS) if name == "turn_10" else len(_LATE),
                   unit="x")
         # How the proxy's cost grows from turn 10 to turn 1,000, relative to the floor's.
         _line(vs, "growth_x",
@@ -334,6 +344,8 @@ _SLICES = 4
 #: difference of two latencies swings by a millisecond on the 2-core VM).
 _EARLY = range(5, 25)
 _LATE = range(981, 1001)
+#: Fresh conversations run to turn 24 for the turn-10 figure, besides the long one.
+_EARLY_ROUNDS = 4
 
 
 async def _run(seconds: float, shared: bool, pin: bool) -> None:
@@ -359,7 +371,8 @@ async def _run(seconds: float, shared: bool, pin: bool) -> None:
             fl.start()
             procs.append(fl)
             floors.append((name, await loop.run_in_executor(None, q.get, True, 60), fclock))
-        px = ctx.Process(target=_proxy_main, args=(upstream, 65, q, pclock_child), daemon=True)
+        px = ctx.Process(target=_proxy_main, args=(upstream, 65 + _EARLY_ROUNDS, q, pclock_child),
+                         daemon=True)
         px.start()
         procs.append(px)
         measured = procs[-3:]
