@@ -48,7 +48,8 @@ class PromptIds:
         return self.base_len + int(self.tail.shape[0])
 
 
-@dataclass(slots=True, frozen=True)
+# Not frozen: made several times a turn, and a frozen dataclass's __init__ costs 4x.
+@dataclass(slots=True)
 class PromptCache:
     """The last committed prompt's raw text and the node whose path holds its ids."""
 

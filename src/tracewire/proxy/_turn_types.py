@@ -63,7 +63,8 @@ def chat_message(d: Any) -> Message:
     )
 
 
-@dataclass(slots=True, frozen=True)
+# Not frozen: made several times a turn, and a frozen dataclass's __init__ costs 4x.
+@dataclass(slots=True)
 class RequestCache:
     """The last committed chat request's messages array (raw text, by reference), the node
     whose path holds exactly those messages, and a hash state over their raw hashes."""

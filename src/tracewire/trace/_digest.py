@@ -54,6 +54,13 @@ def _digest(role: Any, content: Any, tool_calls: Iterable[tuple[str, str, Any]],
 
 def message_digest(msg: Message) -> str:
     """The canonical digest of ``msg`` as hex, the form ``Node.digest`` stores."""
+    content = msg.content
+    if not msg.tool_calls and (content is None or type(content) is str):
+        # Text without tool calls (most messages): the same canonical bytes as below,
+        # written directly (no sort order matters in a tuple of strings).
+        data = orjson.dumps((msg.role, content or "", [], msg.tool_call_id or "",
+                             msg.name or ""))
+        return hashlib.blake2b(data, digest_size=16).hexdigest()
     tcs = ((t.id, t.name, t.arguments) for t in msg.tool_calls or ())
     return _digest(msg.role, msg.content, tcs, msg.tool_call_id, msg.name).hex()
 
