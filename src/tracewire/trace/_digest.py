@@ -21,6 +21,7 @@ from ._model import Message
 __all__ = ["chat_message_digest", "message_digest"]
 
 _TEXT_PARTS = ("text", "input_text", "output_text")
+_CANON = orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS
 
 
 def _content(content: Any) -> Any:
@@ -48,7 +49,7 @@ def _digest(role: Any, content: Any, tool_calls: Iterable[tuple[str, str, Any]],
             tool_call_id: str | None, name: str | None) -> bytes:
     tcs = [(i, n, _arguments(a)) for i, n, a in tool_calls]
     canon = (role, _content(content), tcs, tool_call_id or "", name or "")
-    data = orjson.dumps(canon, option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS)
+    data = orjson.dumps(canon, option=_CANON)
     return hashlib.blake2b(data, digest_size=16).digest()
 
 
@@ -56,10 +57,10 @@ def message_digest(msg: Message) -> str:
     """The canonical digest of ``msg`` as hex, the form ``Node.digest`` stores."""
     content = msg.content
     if not msg.tool_calls and (content is None or type(content) is str):
-        # Text without tool calls (most messages): the same canonical bytes as below,
-        # written directly (no sort order matters in a tuple of strings).
+        # Text without tool calls (most messages): the canonical tuple below, built
+        # directly (no generator, no per-field helpers), so the same bytes.
         data = orjson.dumps((msg.role, content or "", [], msg.tool_call_id or "",
-                             msg.name or ""))
+                             msg.name or ""), option=_CANON)
         return hashlib.blake2b(data, digest_size=16).hexdigest()
     tcs = ((t.id, t.name, t.arguments) for t in msg.tool_calls or ())
     return _digest(msg.role, msg.content, tcs, msg.tool_call_id, msg.name).hex()
