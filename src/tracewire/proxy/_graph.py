@@ -5,9 +5,9 @@ Each node carries a digest of its message's canonical form (``Node.digest``); a 
 ``(parent, digest) -> child`` so a request's messages are matched in O(messages). Harnesses
 resend the whole history every turn, so a second dict maps ``(parent, hash of the raw JSON
 bytes of a message) -> child``: messages seen before are matched by hashing their bytes (C
-speed) without decoding them; only new messages are decoded and canonically digested. A committed
-plain-text answer is indexed under the hash of the compact form most harnesses resend it in
-(``alias_answer``), so the next request finds it without a decode either.
+speed) without decoding them; only new messages are decoded and canonically digested. A
+committed plain-text answer is also indexed under the hash of the compact form most
+harnesses resend it in (``alias_answer``), so the next request finds it undecoded too.
 Per-node path bookkeeping (token count, contiguous span) makes the "does the prompt extend
 the matched path" check a single array comparison instead of a walk to the root.
 """
