@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import pickle
+from array import array
+
 import numpy as np
 import pytest
 
@@ -18,6 +21,45 @@ def test_columns_grow_amortized_and_old_views_stay_valid() -> None:
     # A view taken before growth still shows what it showed.
     assert np.array_equal(views[10], np.repeat(np.arange(11), np.arange(11)))
     assert np.all(c.mask == 1) and np.all(c.logprobs == -0.5)
+
+
+def test_python_values_are_stored_as_numpy_would_store_them() -> None:
+    # Lists and int32 arrays take the memoryview path; numpy arrays the numpy one. Both
+    # must leave the same bytes, through growth, adoption and a pickle round trip.
+    rng = np.random.default_rng(7)
+    ours, ref = Columns(), Columns()
+    for k in range(300):
+        n = int(rng.integers(0, 12))
+        ids = [int(x) for x in rng.integers(-2**31, 2**31, n)]
+        mask = int(rng.choice([0, 1, 7]))
+        lps = None if k % 3 == 0 else [float(x) for x in rng.normal(size=n)]
+        if k % 5 == 0 and lps:
+            lps[0] = float("nan")
+        given = array("i", ids) if k % 2 else ids
+        assert ours.append(given, mask, lps) == ref.append(
+            np.array(ids, np.int32), mask, None if lps is None else np.array(lps))
+        if k == 150:
+            ours = pickle.loads(pickle.dumps(ours))
+            assert ours.ids.tobytes() == ref.ids.tobytes()
+    for name in ("ids", "mask", "logprobs"):
+        assert ours.column(name).tobytes() == ref.column(name).tobytes(), name
+    assert ours.ids_bytes(5, 40) == ref.ids[5:40].tobytes()
+    adopted = Columns.from_arrays({"ids": np.arange(3, dtype=np.int32)})
+    adopted.ids.setflags(write=False)
+    adopted.append([9, 10], 1, [-1.0, -2.0])  # read-only adopted arrays are reallocated
+    assert adopted.ids.tolist() == [0, 1, 2, 9, 10]
+    assert adopted.mask.tolist() == [0, 0, 0, 1, 1]
+
+
+def test_bad_python_values_fail_as_numpy_would() -> None:
+    c = Columns()
+    with pytest.raises(OverflowError):
+        c.append([2**31])
+    with pytest.raises(TypeError):
+        c.append(["7"])
+    with pytest.raises(ValueError):
+        c.append([1, 2], 1, [0.5])  # a logprob per id
+    assert len(c) == 0  # nothing half-appended
 
 
 def test_extra_columns_with_trailing_shape() -> None:

@@ -10,6 +10,7 @@ ids do extend. Tokens the model did not see are never spliced in.
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Callable
 
 import numpy as np
@@ -77,7 +78,8 @@ def append_turn(graph: TurnGraph, prep: Prepared, out: Outcome, call: Call,
                 # Re-tokenized history: the whole request becomes a new root.
                 trace.info[InfoKey.TOKEN_MISMATCHES] = int(
                     trace.info.get(InfoKey.TOKEN_MISMATCHES, 0)) + 1
-                start, rest_ids, every = None, full, all_messages()
+                rest_ids: NDArray[np.int32] | array[int] = full
+                start, every = None, all_messages()
             else:
                 trace.info[InfoKey.HISTORY_REWRITES] = int(
                     trace.info.get(InfoKey.HISTORY_REWRITES, 0)) + 1
@@ -115,7 +117,8 @@ def append_turn(graph: TurnGraph, prep: Prepared, out: Outcome, call: Call,
 
 
 def _rewritten_from(graph: TurnGraph, parent: int | None, new: list[NewMessage],
-                    prompt: PromptIds) -> tuple[int | None, NDArray[np.int32]] | None:
+                    prompt: PromptIds
+                    ) -> tuple[int | None, NDArray[np.int32] | array[int]] | None:
     """When the request dropped a sampled answer from its history (the matched node was a
     turn's prompt, and the request goes on with another message instead of that answer):
     the deepest ancestor of ``parent`` whose tokens the prompt extends and the prompt's ids

@@ -14,6 +14,7 @@ the matched path" check a single array comparison instead of a walk to the root.
 
 from __future__ import annotations
 
+from array import array
 from typing import Any
 
 import numpy as np
@@ -117,12 +118,12 @@ class TurnGraph:
             return prompt.full
         _, ok, base = self.path_ids(prompt.base)
         assert ok and base is not None  # a cached base always has tokens
-        return np.concatenate([base, prompt.tail])
+        return np.concatenate([base, np.frombuffer(prompt.tail, dtype=np.int32)])
 
-    def segment(self, base: int, base_len: int, node: int | None
-                ) -> NDArray[np.int32] | None:
-        """Ids of the path from ``base`` (exclusive) down to ``node``, or None when ``base``
-        is not on the path of ``node``. Walks only the nodes past ``base``."""
+    def segment(self, base: int, base_len: int, node: int | None) -> bytes | None:
+        """The int32 bytes of the ids on the path from ``base`` (exclusive) down to
+        ``node``, or None when ``base`` is not on the path of ``node``. Walks only the nodes
+        past ``base``."""
         nodes = self.trace.nodes
         parts: list[tuple[int, int]] = []
         x = node
@@ -135,15 +136,13 @@ class TurnGraph:
             x = nd.parent
         if x != base:
             return None
-        ids = self.trace.columns.ids
-        if not parts:
-            return ids[:0]
+        cols = self.trace.columns
         if len(parts) == 1:
-            return ids[parts[0][0]:parts[0][1]]
-        return np.concatenate([ids[a:b] for a, b in reversed(parts)])
+            return cols.ids_bytes(*parts[0])
+        return b"".join([cols.ids_bytes(a, b) for a, b in reversed(parts)])
 
     def extension(self, node: int | None, prompt: PromptIds, has_new: bool
-                  ) -> NDArray[np.int32] | None:
+                  ) -> NDArray[np.int32] | array[int] | None:
         """The prompt's ids past the path of ``node`` when the prompt extends that path
         (and only equals it when there is no new message); None on a mismatch."""
         plen, ok = (0, True) if node is None else (self._plen[node], self._pok[node])
@@ -154,10 +153,10 @@ class TurnGraph:
             seg = self.segment(prompt.base, prompt.base_len, node)
             if seg is not None:
                 # The first base_len ids are the path of base (memcmp'd as text); compare
-                # only what the path adds after base.
-                k = seg.shape[0]
+                # only what the path adds after base (int32 bytes: no numpy call).
+                k = len(seg) // 4
                 tail = prompt.tail
-                return tail[k:] if _same(tail[:k], seg) else None
+                return tail[k:] if tail[:k].tobytes() == seg else None
         full = self.materialize(prompt)
         _, _, pids = self.path_ids(node)
         if pids is None or not np.array_equal(full[:plen], pids):
@@ -200,11 +199,3 @@ class TurnGraph:
             self._fast[(parent, nm.raw)] = i
         self._index(i)
         return i
-
-
-def _same(a: NDArray[np.int32], b: NDArray[np.int32]) -> bool:
-    """``np.array_equal`` for the few ids a turn adds, a tenth of its cost (one bytes
-    compare instead of an elementwise pass and a reduction)."""
-    if a.shape != b.shape or a.dtype != b.dtype:
-        return bool(np.array_equal(a, b))
-    return a.tobytes() == b.tobytes()

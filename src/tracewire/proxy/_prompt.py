@@ -10,6 +10,7 @@ with that text followed by ``,`` (a memcmp), only the tail after it is parsed; t
 
 from __future__ import annotations
 
+from array import array
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -20,7 +21,7 @@ from ._rawjson import RawSpan, skip_ws
 
 __all__ = ["PromptCache", "PromptIds", "as_ids", "parse_full", "parse_tail"]
 
-_EMPTY = np.empty(0, dtype=np.int32)
+_EMPTY: array[int] = array("i")
 
 
 def as_ids(ids: object) -> NDArray[np.int32] | None:
@@ -34,18 +35,21 @@ def as_ids(ids: object) -> NDArray[np.int32] | None:
 class PromptIds:
     """A prompt: ``full`` ids, or the ids of the path ending at ``base`` (``base_len`` of
     them, already in the trace) followed by ``tail``. ``raw`` is where the array's JSON text
-    lies in the upstream body (None when it came from parsed chunks)."""
+    lies in the upstream body (None when it came from parsed chunks).
+
+    ``tail`` is the few ids a turn adds as an int32 ``array`` rather than numpy: it is
+    compared and appended to the trace's columns without a numpy call (see ``Columns``)."""
 
     full: NDArray[np.int32] | None = None
     base: int | None = None
     base_len: int = 0
-    tail: NDArray[np.int32] = field(default_factory=lambda: _EMPTY)
+    tail: array[int] = field(default_factory=lambda: _EMPTY)
     raw: RawSpan | None = None
 
     def __len__(self) -> int:
         if self.full is not None:
             return int(self.full.shape[0])
-        return self.base_len + int(self.tail.shape[0])
+        return self.base_len + len(self.tail)
 
 
 # Not frozen: made several times a turn, and a frozen dataclass's __init__ costs 4x.
@@ -93,9 +97,8 @@ def parse_tail(span: RawSpan, cache: PromptCache | None) -> PromptIds | None:
             return None
         text = b"[" + data[p + 1:span.end]
     try:
-        tail = as_ids(orjson.loads(text))
+        # TypeError for anything but ints (a nested list, a float), OverflowError past int32.
+        tail = array("i", orjson.loads(text))
     except (orjson.JSONDecodeError, TypeError, ValueError, OverflowError):
-        return None
-    if tail is None:
         return None
     return PromptIds(base=cache.node, base_len=cache.n, tail=tail, raw=span)

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import logging
 import time
 from collections.abc import Callable
@@ -24,7 +23,7 @@ from aiohttp import web
 
 from .._errors import UpstreamError
 from ..samples import hook_name
-from ..trace import Call, Span
+from ..trace import Call, Span, hash16
 from . import _commit
 from ._adapter import Adapter
 from ._config import ProxyConfig
@@ -143,8 +142,7 @@ class TurnPipeline:
             raise BadRequest(400, f"session limit reached: {stop}", stop)
         # SDK retries of a committed request get the committed answer back.
         idem = request.headers.get("Idempotency-Key")
-        rkey = "b:" + hashlib.blake2b(
-            adapter.endpoint.encode() + up.retry_material, digest_size=16).hexdigest()
+        rkey = "b:" + hash16(adapter.endpoint.encode() + up.retry_material).hex()
         ikey = f"i:{adapter.endpoint}:{idem}" if idem else None
         try:
             retry = int(request.headers.get("x-stainless-retry-count", "0") or 0)

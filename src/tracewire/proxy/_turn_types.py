@@ -8,22 +8,20 @@ use them without calling another step.
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 
-from ..trace import Message, ToolCall
+from ..trace import Message, ToolCall, hash16
 from ._prompt import PromptIds
 from ._rawjson import RawSpan
 
 __all__ = ["Choice", "NewMessage", "Outcome", "Prepared", "RequestCache",
            "chat_message", "raw_hash"]
 
-def raw_hash(raw: bytes) -> bytes:
-    """Hash of a message's raw JSON bytes (the fast-path key)."""
-    return hashlib.blake2b(raw, digest_size=16).digest()
+#: Hash of a message's raw JSON bytes (the fast-path key).
+raw_hash = hash16
 
 
 def chat_message(d: Any) -> Message:

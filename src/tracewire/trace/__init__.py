@@ -2,7 +2,7 @@
 
 from ._branch import Branch
 from ._columns import BASE_COLUMNS, Columns
-from ._digest import chat_message_digest, message_digest
+from ._digest import chat_message_digest, hash16, message_digest
 from ._endpoint import Endpoint
 from ._info import InfoKey
 from ._model import (
@@ -41,6 +41,7 @@ __all__ = [
     "Trace",
     "Watcher",
     "chat_message_digest",
+    "hash16",
     "message_digest",
     "new_id",
 ]

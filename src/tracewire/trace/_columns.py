@@ -9,6 +9,7 @@ Because columns are append-only, a view handed out earlier stays valid and never
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Mapping
 from typing import Any
 
@@ -24,6 +25,9 @@ BASE_COLUMNS: dict[str, np.dtype[Any]] = {
     "logprobs": np.dtype(np.float32),
 }
 _MIN_CAPACITY = 256
+#: The buffer formats of the base columns as memoryviews see them (``_views``).
+_VIEW_FORMATS = ("i", "B", "f")
+_NAN_F = array("f", [float("nan")])
 
 
 def _grow(arr: NDArray[Any], n: int, need: int) -> NDArray[Any]:
@@ -52,7 +56,7 @@ def _rows(arrays: Mapping[str, NDArray[Any]]) -> int:
 class Columns:
     """Token columns of one trace; ``len(columns)`` is the number of tokens."""
 
-    __slots__ = ("_arrays", "_cap", "_n", "_pending", "_pending_rows")
+    __slots__ = ("_arrays", "_cap", "_n", "_pending", "_pending_rows", "_views")
 
     def __init__(self) -> None:
         self._arrays: dict[str, NDArray[Any]] = {
@@ -67,6 +71,20 @@ class Columns:
         # (a single chunk into empty columns is adopted without any copy).
         self._pending: list[Mapping[str, NDArray[Any]]] = []
         self._pending_rows = 0
+        # Writeable memoryviews of ids, mask and logprobs, made by _reserve (None: make them
+        # there; False: the formats do not match, use numpy). A proxy turn appends a few
+        # Python ints per node: through these, no numpy call at all (each costs ~3k
+        # instructions and, run once a turn, cold cache lines).
+        self._views: tuple[memoryview, memoryview, memoryview] | bool | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Memoryviews do not pickle or copy; they are made again on the next append.
+        return {k: getattr(self, k) for k in self.__slots__ if k != "_views"}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        for k, v in state.items():
+            setattr(self, k, v)
+        self._views = None
 
     @classmethod
     def from_arrays(cls, arrays: Mapping[str, NDArray[Any]]) -> Columns:
@@ -79,6 +97,7 @@ class Columns:
         self = cls()
         self._arrays.update(arrays)
         self._cap = 0  # adopted arrays may be read-only
+        self._views = None
         if "mask" not in arrays:
             self._arrays["mask"] = np.zeros(n, dtype=np.uint8)
         if "logprobs" not in arrays:
@@ -112,6 +131,18 @@ class Columns:
         if self._pending:
             self._flush()
         return self._arrays["logprobs"][: self._n]
+
+    def ids_bytes(self, start: int, end: int) -> bytes:
+        """The int32 ids of rows ``[start, end)`` as bytes (what comparing a few ids with a
+        parsed tail needs, without a numpy call when the columns were appended to)."""
+        if self._pending:
+            self._flush()
+        if not 0 <= start <= end <= self._n:
+            raise IndexError(f"rows [{start}, {end}) outside 0..{self._n}")
+        views = self._views
+        if isinstance(views, tuple):
+            return views[0][start:end].tobytes()
+        return self._arrays["ids"][start:end].tobytes()
 
     def names(self) -> list[str]:
         """Column names: ``ids``, ``mask``, ``logprobs``, then the extras in creation order."""
@@ -163,6 +194,7 @@ class Columns:
         cap = max(self._arrays["ids"].shape[0], self._n)
         self._arrays[name] = np.zeros((cap, *shape), dtype=dtype)
         self._cap = 0
+        self._views = None
 
     def append(
         self,
@@ -178,6 +210,9 @@ class Columns:
         """
         if self._pending:
             self._flush()
+        if isinstance(ids, list | array) and extra is None and type(mask) is int \
+                and (logprobs is None or isinstance(logprobs, list)) and self._views is not False:
+            return self._append_small(ids, mask, logprobs)
         ids_arr = np.asarray(ids, dtype=np.int32)
         if ids_arr.ndim != 1:
             raise ValueError("ids must be one-dimensional")
@@ -206,6 +241,30 @@ class Columns:
         self._n = end
         return start, end
 
+    def _append_small(self, ids: list[int] | array[int], mask: int,
+                      logprobs: list[float] | None) -> tuple[int, int]:
+        # Python values written through the memoryviews: the same values numpy would store
+        # (array's int and float casts are numpy's), with the same errors for ids that do
+        # not fit int32 (OverflowError) or are not ints (TypeError).
+        a = ids if type(ids) is array and ids.typecode == "i" else array("i", ids)
+        start = self._n
+        end = start + len(a)
+        if end > self._cap or self._views is None:
+            self._reserve(end)
+        views = self._views
+        if not isinstance(views, tuple):  # formats numpy's buffers do not have here
+            return self.append(np.asarray(a, dtype=np.int32), mask, logprobs)
+        n = len(a)
+        lps = _NAN_F * n if logprobs is None else array("f", logprobs)
+        if len(lps) != n:
+            raise ValueError(f"{len(lps)} logprobs for {n} ids")
+        vi, vm, vl = views
+        vi[start:end] = a
+        vm[start:end] = bytes((mask,)) * n  # ValueError outside 0..255, as uint8 would
+        vl[start:end] = lps
+        self._n = end
+        return start, end
+
     def extend(self, arrays: Mapping[str, NDArray[Any]]) -> tuple[int, int]:
         """Append rows given as named arrays (the form deltas carry) and return their slice.
 
@@ -228,6 +287,7 @@ class Columns:
             # next append reallocates because they are not writeable).
             adopted = Columns.from_arrays(chunks[0])
             self._arrays, self._n, self._cap = adopted._arrays, adopted._n, 0
+            self._views = None
             return
         specs: dict[str, NDArray[Any]] = dict(self._arrays)
         for chunk in chunks:
@@ -253,6 +313,7 @@ class Columns:
                 pos += rows
             new[name] = out
         self._arrays, self._n, self._cap = new, total, total
+        self._views = None
 
     def reserve(self, rows: int) -> None:
         """Make room for ``rows`` tokens in total, so appends up to there never reallocate.
@@ -270,3 +331,6 @@ class Columns:
             if arr.shape[0] < need or not arr.flags.writeable:
                 arrays[name] = _grow(arr, self._n, need)
         self._cap = min(arr.shape[0] for arr in arrays.values())
+        views = tuple(memoryview(arrays[name]) for name in BASE_COLUMNS)  # type: ignore[arg-type]
+        self._views = (views if len(arrays) == len(BASE_COLUMNS) and tuple(
+            v.format for v in views) == _VIEW_FORMATS else False)  # type: ignore[assignment]

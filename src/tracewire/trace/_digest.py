@@ -18,7 +18,20 @@ import orjson
 
 from ._model import Message
 
-__all__ = ["chat_message_digest", "message_digest"]
+__all__ = ["chat_message_digest", "hash16", "message_digest"]
+
+# Copied per hash: the same digest as ``hashlib.blake2b(data, digest_size=16)`` without
+# parsing the constructor's ten keyword parameters, the dearest part of hashing ~100 bytes.
+_BLAKE16 = hashlib.blake2b(digest_size=16)
+
+
+def hash16(data: bytes) -> bytes:
+    """``hashlib.blake2b(data, digest_size=16).digest()``, cheaper (the keys of the proxy's
+    matching index and of its SDK-retry memory, the canonical message digest)."""
+    h = _BLAKE16.copy()
+    h.update(data)
+    return h.digest()
+
 
 _TEXT_PARTS = ("text", "input_text", "output_text")
 _CANON = orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS
@@ -49,8 +62,7 @@ def _digest(role: Any, content: Any, tool_calls: Iterable[tuple[str, str, Any]],
             tool_call_id: str | None, name: str | None) -> bytes:
     tcs = [(i, n, _arguments(a)) for i, n, a in tool_calls]
     canon = (role, _content(content), tcs, tool_call_id or "", name or "")
-    data = orjson.dumps(canon, option=_CANON)
-    return hashlib.blake2b(data, digest_size=16).digest()
+    return hash16(orjson.dumps(canon, option=_CANON))
 
 
 def message_digest(msg: Message) -> str:
@@ -59,9 +71,8 @@ def message_digest(msg: Message) -> str:
     if not msg.tool_calls and (content is None or type(content) is str):
         # Text without tool calls (most messages): the canonical tuple below, built
         # directly (no generator, no per-field helpers), so the same bytes.
-        data = orjson.dumps((msg.role, content or "", [], msg.tool_call_id or "",
-                             msg.name or ""), option=_CANON)
-        return hashlib.blake2b(data, digest_size=16).hexdigest()
+        return hash16(orjson.dumps((msg.role, content or "", [], msg.tool_call_id or "",
+                                    msg.name or ""), option=_CANON)).hex()
     tcs = ((t.id, t.name, t.arguments) for t in msg.tool_calls or ())
     return _digest(msg.role, msg.content, tcs, msg.tool_call_id, msg.name).hex()
 
