@@ -17,7 +17,7 @@ from ._http import BadRequest, Dialect
 from ._rawjson import SENTINEL_JSON, RawSpan, find_value, skip_ws
 from ._render import ChatReplies
 from ._request import HarnessRequest
-from ._turn_types import RequestCache, raw_hash
+from ._turn_types import RequestCache
 from ._validate import load_json
 
 __all__ = ["ChatAdapter", "parse_chat_bytes", "parse_spliced", "splice_chat"]
@@ -68,9 +68,9 @@ def parse_chat_bytes(body: bytes) -> HarnessRequest:
         raise BadRequest(400, "malformed JSON body: nested too deep") from exc
     tb: dict[str, bytes | memoryview] = {k: bytes(v) for k, v in top.items()}
     rb = list(map(bytes, raws))
-    hashes = list(map(raw_hash, rb))
-    hasher = hashlib.blake2b(b"".join(hashes), digest_size=16)
-    up = HarnessRequest(top=tb, raws=rb, hashes=hashes, hasher=hasher,
+    # Raw JSON values delimit themselves: their concatenation identifies the list.
+    hasher = hashlib.blake2b(b"".join(rb), digest_size=16)
+    up = HarnessRequest(top=tb, raws=rb, hasher=hasher,
                msgs_span=_messages_span(body, tb["messages"]), raw_body=body)
     return _finish(up, tb)
 
@@ -109,10 +109,9 @@ def parse_spliced(sp: Spliced) -> HarnessRequest | None:
     # slow paths (a mismatch, a hook, a re-join).
     tb["messages"] = memoryview(sp.body)[sp.start:end]
     rb = list(map(bytes, raws[1:]))
-    hashes = list(map(raw_hash, rb))
     hasher = sp.cache.hasher.copy()
-    hasher.update(b"".join(hashes))
-    up = HarnessRequest(top=tb, raws=rb, hashes=hashes, hasher=hasher, extends=True,
+    hasher.update(b"".join(rb))
+    up = HarnessRequest(top=tb, raws=rb, hasher=hasher, extends=True,
                base=sp.cache.node, msgs_span=RawSpan(sp.body, sp.start, end),
                raw_body=sp.body)
     return _finish(up, tb)

@@ -3,11 +3,13 @@ turn read and extend; see ``_match`` and ``_commit``).
 
 Each node carries a digest of its message's canonical form (``Node.digest``); a dict maps
 ``(parent, digest) -> child`` so a request's messages are matched in O(messages). Harnesses
-resend the whole history every turn, so a second dict maps ``(parent, hash of the raw JSON
-bytes of a message) -> child``: messages seen before are matched by hashing their bytes (C
-speed) without decoding them; only new messages are decoded and canonically digested. A
-committed plain-text answer is also indexed under the hash of the compact form most
-harnesses resend it in (``alias_answer``), so the next request finds it undecoded too.
+resend the whole history every turn, so a second dict maps ``(parent, raw JSON bytes of a
+message) -> child``: messages seen before are matched by their bytes (a dict lookup, hashed
+and compared in C) without decoding them; only new messages are decoded and canonically
+digested. The bytes themselves are the key, not a digest of them: no hash object per message,
+and no collision can ever match a different message. A committed plain-text answer is also
+indexed under the compact form most harnesses resend it in (``alias_answer``), so the next
+request finds it undecoded too.
 Per-node path bookkeeping (token count, contiguous span) makes the "does the prompt extend
 the matched path" check a single array comparison instead of a walk to the root.
 """
@@ -23,7 +25,7 @@ from numpy.typing import NDArray
 
 from ..trace import Trace, message_digest
 from ._prompt import PromptCache, PromptIds
-from ._turn_types import NewMessage, RequestCache, raw_hash
+from ._turn_types import NewMessage, RequestCache
 
 __all__ = ["TurnGraph"]
 
@@ -70,14 +72,14 @@ class TurnGraph:
         self._pok.append(ok)
         self._pspan.append(span)
 
-    def match_fast(self, hashes: list[bytes], parent: int | None = None
+    def match_fast(self, raws: list[bytes], parent: int | None = None
                    ) -> tuple[int | None, int]:
-        """Follow raw-hash aliases from ``parent`` (default: the root); returns (parent,
-        messages matched)."""
+        """Follow the raw-bytes keys of ``raws`` from ``parent`` (default: the root);
+        returns (parent, messages matched)."""
         fast = self._fast
         k = 0
-        for h in hashes:
-            child = fast.get((parent, h))
+        for raw in raws:
+            child = fast.get((parent, raw))
             if child is None:
                 break
             parent = child
@@ -166,15 +168,14 @@ class TurnGraph:
     def alias_answer(self, node: int) -> None:
         """Index the bytes a harness most often resends the plain-text answer at ``node`` as
         (the compact JSON of a dict of its role and content, as orjson and the openai SDK
-        write it), so the next request matches it by hash without decoding it. Only an
+        write it), so the next request matches it by its bytes without decoding it. Only an
         alias of the same canonical message: a resend in any other form is decoded and
         digested as before."""
         nd = self.trace.nodes[node]
         m = nd.message
         if m.tool_calls or not isinstance(m.content, str) or m.tool_call_id or m.name:
             return
-        raw = orjson.dumps({"role": m.role, "content": m.content})
-        self._fast[(nd.parent, raw_hash(raw))] = node
+        self._fast[(nd.parent, orjson.dumps({"role": m.role, "content": m.content}))] = node
 
     def depth(self, node: int | None) -> int:
         """Messages on the path ending at ``node``."""

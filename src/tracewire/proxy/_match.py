@@ -17,7 +17,7 @@ def match(session: Session, up: HarnessRequest) -> Prepared:
     """The deepest node the request's messages match and the messages past it.
     ``BadRequest`` when a new message is malformed."""
     g = session.graph
-    parent, k = g.match_fast(up.hashes, up.base) if up.hashes is not None else (None, 0)
+    parent, k = g.match_fast(up.raws, up.base) if up.raws is not None else (None, 0)
     try:
         rest = up.new_messages(k)
     except (ValueError, TypeError) as exc:

@@ -13,7 +13,7 @@ import orjson
 from ..trace import message_digest
 from ._http import BadRequest
 from ._rawjson import RawSpan, skip_ws_back
-from ._turn_types import NewMessage, raw_hash
+from ._turn_types import NewMessage
 from ._validate import checked_message, fail, load_json, type_name
 
 __all__ = ["HarnessRequest"]
@@ -36,10 +36,9 @@ class HarnessRequest:
     #: Names of the harness's tools the upstream request could not carry (hosted tools).
     unforwarded: list[str] = field(default_factory=list)
     #: Chat pass-through: top-level raw JSON values (a spliced body's ``messages`` is a view
-    #: into ``raw_body``) and the raw bytes / hashes per message.
+    #: into ``raw_body``) and the raw bytes per message (the graph's fast-path keys).
     top: dict[str, bytes | memoryview] | None = None
     raws: list[bytes] | None = None
-    hashes: list[bytes] | None = None
     #: Translated dialects (or hooks): the full chat request as a dict.
     body: dict[str, Any] | None = None
     #: Bytes identifying the request for SDK retries.
@@ -47,11 +46,11 @@ class HarnessRequest:
     #: The original request (translated dialects need it to render answers).
     original: dict[str, Any] | None = None
     #: Chat pass-through that extends the session's last request byte for byte: ``raws``
-    #: and ``hashes`` hold only the messages after that prefix, whose path ends at ``base``.
+    #: holds only the messages after that prefix, whose path ends at ``base``.
     extends: bool = False
     base: int | None = None
     #: Where the messages array lies in the body, and a blake2b state over every message's
-    #: raw hash (what the session caches for the next request).
+    #: raw bytes (what the session caches for the next request).
     msgs_span: RawSpan | None = None
     hasher: Any = None
     #: Chat pass-through: the harness's body as received (a JSON object).
@@ -59,7 +58,7 @@ class HarnessRequest:
 
     def forget_raw(self, body: dict[str, Any]) -> None:
         """Switch to dict form (a request hook rewrote the body): no raw fast paths."""
-        self.body, self.top, self.raws, self.hashes = body, None, None, None
+        self.body, self.top, self.raws = body, None, None
         self.raw_body = None
         self.extends, self.base, self.msgs_span, self.hasher = False, None, None, None
 
@@ -124,22 +123,20 @@ class HarnessRequest:
             out = []
             for i, raw in enumerate(raws):
                 msg = checked_message(raw, f"messages[{i}]")
-                out.append(NewMessage(msg, message_digest(msg), raw_hash(raw)))
+                out.append(NewMessage(msg, message_digest(msg), raw))
             return out
         return self.new_messages(0)
 
     def new_messages(self, start: int) -> list[NewMessage]:
         """Messages ``start..`` of ``raws`` (or of the dict form) decoded, canonically
-        digested (with raw hashes if any)."""
+        digested (with their raw bytes if any)."""
         if self.raws is not None:
-            assert self.hashes is not None
             # After a spliced prefix the index counts from the first new message.
             at = "messages[+{}]" if self.extends else "messages[{}]"
             out = []
-            for i, (raw, h) in enumerate(zip(self.raws[start:], self.hashes[start:],
-                                             strict=True), start):
+            for i, raw in enumerate(self.raws[start:], start):
                 msg = checked_message(raw, at.format(i))
-                out.append(NewMessage(msg, message_digest(msg), h))
+                out.append(NewMessage(msg, message_digest(msg), raw))
             return out
         msgs = self.as_dict().get("messages") or []
         if not isinstance(msgs, list):

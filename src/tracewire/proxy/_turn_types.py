@@ -13,16 +13,12 @@ from typing import Any
 
 import orjson
 
-from ..trace import Message, ToolCall, hash16
+from ..trace import Message, ToolCall
 from ._prompt import PromptIds
 from ._rawjson import RawSpan
 
 __all__ = ["Choice", "NewMessage", "Outcome", "Prepared", "RequestCache",
-           "chat_message", "raw_hash"]
-
-#: Hash of a message's raw JSON bytes (the fast-path key).
-raw_hash = hash16
-
+           "chat_message"]
 
 def chat_message(d: Any) -> Message:
     """A :class:`Message` from an OpenAI chat message dict (``ValueError`` if malformed)."""
@@ -65,12 +61,12 @@ def chat_message(d: Any) -> Message:
 @dataclass(slots=True)
 class RequestCache:
     """The last committed chat request's messages array (raw text, by reference), the node
-    whose path holds exactly those messages, and a hash state over their raw hashes."""
+    whose path holds exactly those messages, and a hash state over their raw bytes."""
 
     raw: RawSpan
     stop: int  # raw.data[raw.start:stop] is the array text before its closing bracket
     node: int
-    hasher: Any  # hashlib.blake2b state after every message's raw hash
+    hasher: Any  # hashlib.blake2b state after every message's raw bytes
 
 
 @dataclass(slots=True)
@@ -79,7 +75,7 @@ class NewMessage:
 
     message: Message
     digest: str
-    raw: bytes | None  # raw-bytes hash for the fast path, when the dialect has one
+    raw: bytes | None  # its raw JSON bytes (the fast-path key), when the dialect has them
 
 
 @dataclass(slots=True)
@@ -88,7 +84,6 @@ class Prepared:
 
     parent: int | None
     new: list[NewMessage]
-    hashes: list[bytes] = field(default_factory=list)  # raw hashes of every message
 
 
 @dataclass(slots=True)
