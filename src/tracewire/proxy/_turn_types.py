@@ -20,6 +20,7 @@ from ._rawjson import RawSpan
 __all__ = ["Choice", "NewMessage", "Outcome", "Prepared", "RequestCache",
            "chat_message"]
 
+
 def chat_message(d: Any) -> Message:
     """A :class:`Message` from an OpenAI chat message dict (``ValueError`` if malformed)."""
     if not isinstance(d, dict) or not isinstance(d.get("role"), str):

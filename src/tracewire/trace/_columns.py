@@ -247,14 +247,14 @@ class Columns:
         # (array's int and float casts are numpy's), with the same errors for ids that do
         # not fit int32 (OverflowError) or are not ints (TypeError).
         a = ids if type(ids) is array and ids.typecode == "i" else array("i", ids)
+        n = len(a)
         start = self._n
-        end = start + len(a)
+        end = start + n
         if end > self._cap or self._views is None:
             self._reserve(end)
         views = self._views
         if not isinstance(views, tuple):  # formats numpy's buffers do not have here
             return self.append(np.asarray(a, dtype=np.int32), mask, logprobs)
-        n = len(a)
         lps = _NAN_F * n if logprobs is None else array("f", logprobs)
         if len(lps) != n:
             raise ValueError(f"{len(lps)} logprobs for {n} ids")

@@ -26,8 +26,8 @@ _BLAKE16 = hashlib.blake2b(digest_size=16)
 
 
 def hash16(data: bytes) -> bytes:
-    """``hashlib.blake2b(data, digest_size=16).digest()``, cheaper (the keys of the proxy's
-    matching index and of its SDK-retry memory, the canonical message digest)."""
+    """``hashlib.blake2b(data, digest_size=16).digest()``, cheaper (the canonical message
+    digest, the key of the proxy's SDK-retry memory)."""
     h = _BLAKE16.copy()
     h.update(data)
     return h.digest()
