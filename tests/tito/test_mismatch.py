@@ -98,6 +98,30 @@ def test_length_cut_last_turn_is_not_a_difference(builder: PromptBuilder,
     assert rep2.counts().get("special", 0) >= 1
 
 
+def test_length_cut_on_a_newline_is_not_a_lost_close(builder: PromptBuilder,
+                                                     family: str) -> None:
+    # Seen on llama-server: the model's last sampled id before the length cut was "\n",
+    # the same id as the template's junction, and the message text was trimmed. The
+    # canonical render's close + junction must both go, not only the close.
+    junction = builder.family.junction
+    if not junction:
+        return  # a family without a junction cannot meet the ambiguity
+    ids, mask, msgs = _branch(builder, family, canonical=True, compact=False, think=False)
+    nl = builder.tok.encode(junction)
+    assert ids[-1] == builder.family.stop_ids[0]
+    cut_ids, cut_mask = ids[:-1] + nl, mask[:-1] + [True] * len(nl)
+    rep = mismatch_report(builder, cut_ids, cut_mask, msgs, TOOLS, cut=True)
+    assert rep.mismatch == 0 and rep.counts().get("special", 0) == 0, rep.differences[:3]
+    # The sampled newline the message lacks is the model's own text: benign, but reported
+    # (one difference more than the uncut branch has; Qwen3's has its empty <think>).
+    clean = mismatch_report(builder, ids, mask, msgs, TOOLS)
+    assert sum(rep.counts().values()) == sum(clean.counts().values()) + 1
+    last = rep.differences[-1]
+    assert (last.kind, last.recorded_text, last.canonical_text) == ("assistant_text", junction, "")
+    # Not said to be cut, the same branch lost its close token.
+    assert mismatch_report(builder, cut_ids, cut_mask, msgs, TOOLS).counts()["special"] == 1
+
+
 async def test_runs_off_the_loop(builder: PromptBuilder, family: str) -> None:
     ids, mask, msgs = _branch(builder, family, canonical=True, compact=False, think=False)
     rep = await asyncio.to_thread(mismatch_report, builder, ids, mask, msgs, TOOLS)

@@ -260,18 +260,22 @@ def mismatch_report(builder: PromptBuilder, recorded: Sequence[int] | NDArray[An
     junction = np.asarray(tok.encode(builder.family.junction) if builder.family.junction
                           else [], dtype=np.int64)
     nj = len(junction)
-    if nj and len(rec) and mask[-1] and np.array_equal(canon[-nj:], junction) \
-            and not np.array_equal(rec[-nj:], junction):
-        # The template closes the last turn with its junction; a branch ends at the
-        # sampled close token. Not a difference.
-        canon = canon[:-nj]
     stop_ids = np.asarray(builder.family.stop_ids, dtype=np.int64)
-    if cut and len(rec) and mask[-1] and len(canon) and not np.isin(rec[-1], stop_ids) \
-            and np.isin(canon[-1], stop_ids):
-        # The last turn was cut by length: the model never sampled its close token, which
-        # the canonical render adds. Not a difference either (a later turn that extends it
-        # gets the close token as a prompt token, and is compared as usual).
-        canon = canon[:-1]
+    if len(rec) and mask[-1]:
+        # The branch ends on a sampled id, where the template closes the last turn with its
+        # close token and junction: neither is a difference.
+        if cut and not np.isin(rec[-1], stop_ids):
+            # Cut by length: the model sampled neither (a last sampled id that happens to
+            # equal the junction, a newline, is the model's text, not the junction). A later
+            # turn that extends it gets them as prompt tokens, compared as usual.
+            if nj and np.array_equal(canon[-nj:], junction):
+                canon = canon[:-nj]
+            if len(canon) and np.isin(canon[-1], stop_ids):
+                canon = canon[:-1]
+        elif nj and np.array_equal(canon[-nj:], junction) \
+                and not np.array_equal(rec[-nj:], junction):
+            # A branch ends at the sampled close token, before the junction.
+            canon = canon[:-nj]
     special_ids = {v: k for k, v in tok.special.items()}
     is_special = np.zeros(max(tok.vocab_size, *special_ids, 0) + 1, dtype=bool)
     is_special[list(special_ids)] = True
