@@ -1,7 +1,6 @@
 """How ``HttpUpstream.chat`` reads a non-streamed answer: the same bytes whether the upstream
-declares its length, sends it chunked or gzipped, or declares more than the one-wake-up
-bound; a body cut short is an ``UpstreamError``. Real aiohttp and asyncio servers on
-127.0.0.1."""
+declares its length, sends it chunked or gzipped; a body cut short is an ``UpstreamError``.
+Real aiohttp and asyncio servers on 127.0.0.1 (the client itself: test_http_client.py)."""
 
 from __future__ import annotations
 
@@ -14,7 +13,6 @@ import pytest
 from aiohttp import web
 
 from tracewire._errors import UpstreamError
-from tracewire.proxy import _upstream_http
 from tracewire.proxy._prompt_cut import cut_ok
 from tracewire.proxy._upstream_api import UpstreamRequest
 from tracewire.proxy._upstream_http import HttpUpstream
@@ -80,15 +78,6 @@ async def test_every_framing_reads_the_same_answer(handler: Handler) -> None:
         data, raw = await _ask(url)
         assert raw == ANSWER
         assert data["choices"] == orjson.loads(ANSWER)["choices"]
-
-
-async def test_an_answer_over_the_bound_is_read_whole(monkeypatch: pytest.MonkeyPatch) -> None:
-    # Over the bound the socket may pause at the read buffer: read() must take over.
-    monkeypatch.setattr(_upstream_http, "_WHOLE_BYTES", 100_000)
-    assert len(ANSWER) > 4 * 100_000
-    async for url in _serve(_declared):
-        _, raw = await _ask(url)
-        assert raw == ANSWER
 
 
 async def test_an_answer_cut_short_is_an_upstream_error() -> None:

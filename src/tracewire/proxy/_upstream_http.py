@@ -1,14 +1,16 @@
-"""The OpenAI-compatible pass-through upstream: chat completions over aiohttp."""
+"""The OpenAI-compatible pass-through upstream: chat completions over the proxy's own
+HTTP/1.1 client (``_http_client``)."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from typing import Any
 
-import aiohttp
 import orjson
+from yarl import URL
 
 from .._errors import UpstreamError
+from ._http_client import HttpClient
 from ._prompt_cut import cut_ok, cut_prompt, loads_split
 from ._upstream_api import StreamChunk, Upstream, UpstreamReply, UpstreamRequest
 
@@ -37,48 +39,22 @@ def _refused(data: bytes, status: int) -> UpstreamError:
     return UpstreamError(upstream_message(data, status), status if status < 500 else 502)
 
 
-def _failed(exc: BaseException) -> UpstreamError:
-    return UpstreamError(f"upstream failed: {exc or type(exc).__name__}")
-
-
-# Answers up to this size are read with one wake-up at their end (``_whole``); it is also
-# the read buffer of a non-streamed call, so such an answer never pauses the socket.
-_WHOLE_BYTES = 8 << 20
-
-
-async def _whole(r: aiohttp.ClientResponse) -> bytes:
-    """The answer's body. With a Content-Length within the read buffer and no content
-    coding, the task waits once for the end (``wait_eof``) and takes the buffer
-    (``read_nowait``) instead of waking per chunk as ``read()`` does (~6 chunks for a 410 KB
-    answer of prompt ids). Anything else goes through ``read()``."""
-    n = r.content_length
-    if n is None or n > _WHOLE_BYTES or r.headers.get("Content-Encoding", "identity") \
-            not in ("identity", ""):
-        return await r.read()
-    await r.content.wait_eof()
-    return r.content.read_nowait()
-
-
-async def _lines(content: aiohttp.StreamReader) -> AsyncIterator[bytes]:
-    """SSE lines of any length (aiohttp's readline caps line size; vLLM's first chunk can
-    carry a long prompt_token_ids list)."""
+async def _lines(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    """SSE lines of any length (vLLM's first chunk can carry a long prompt_token_ids list)."""
     buf = b""
-    while True:
-        data = await content.readany()
-        if not data:
-            if buf:
-                yield buf
-            return
+    async for data in chunks:
         buf += data
         if b"\n" in data:
             *lines, buf = buf.split(b"\n")
             for line in lines:
                 yield line.rstrip(b"\r")
+    if buf:
+        yield buf
 
 
 class HttpUpstream(Upstream):
     """An OpenAI-compatible server at ``base_url`` (e.g. ``http://127.0.0.1:8000/v1``),
-    called with one pooled aiohttp session; ``api_key`` is sent as a bearer token."""
+    called over pooled keep-alive connections; ``api_key`` is sent as a bearer token."""
 
     def __init__(self, base_url: str, *, api_key: str | None = None, timeout: float = 600.0,
                  connections: int = 1024, thread_threshold_bytes: int = 256 * 1024) -> None:
@@ -89,21 +65,19 @@ class HttpUpstream(Upstream):
         self.timeout = timeout
         self.connections = connections
         self.thread_threshold_bytes = thread_threshold_bytes
-        self._client: aiohttp.ClientSession | None = None
+        #: The base URL's path, which every call's path extends (e.g. ``/v1``).
+        self.path = URL(self.base_url).raw_path.rstrip("/")
+        self._client: HttpClient | None = None
 
     def __repr__(self) -> str:
         return f"HttpUpstream({self.base_url!r})"
 
     async def start(self) -> None:
         if self._client is None:
-            # No cookie jar, and the headers (content type, bearer token) set once on the
-            # session for every call: each call then skips a cookie filter and a header
-            # merge (~9 % of the proxy's CPU per turn at 64 sessions, bench/README.md).
-            # Inference servers set no cookies.
-            self._client = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=self.connections),
-                timeout=aiohttp.ClientTimeout(total=self.timeout), auto_decompress=True,
-                cookie_jar=aiohttp.DummyCookieJar(), headers=self.headers)
+            # Headers (content type, bearer token) are written once into every call's
+            # head; inference servers set no cookies and follow no redirects.
+            self._client = HttpClient(self.base_url, headers=self.headers,
+                                      timeout=self.timeout, connections=self.connections)
 
     async def close(self) -> None:
         if self._client is not None:
@@ -111,25 +85,19 @@ class HttpUpstream(Upstream):
             self._client = None
 
     @property
-    def client(self) -> aiohttp.ClientSession:
-        """The pooled session (``UpstreamError`` before :meth:`start`)."""
+    def client(self) -> HttpClient:
+        """The pooled client (``UpstreamError`` before :meth:`start`)."""
         if self._client is None:
             raise UpstreamError("upstream not started")
         return self._client
 
     async def chat(self, request: UpstreamRequest) -> UpstreamReply:
+        answer = await self.client.request("POST", self.path + "/chat/completions",
+                                           request.payload)
+        if answer.status >= 400:
+            raise _refused(answer.body, answer.status)
         try:
-            async with self.client.post(self.base_url + "/chat/completions",
-                                        data=request.payload,
-                                        read_bufsize=_WHOLE_BYTES) as r:
-                data = await _whole(r)
-                status = r.status
-        except (aiohttp.ClientError, OSError, TimeoutError) as exc:
-            raise _failed(exc) from exc
-        if status >= 400:
-            raise _refused(data, status)
-        try:
-            return await self._parse(data, request.split)
+            return await self._parse(answer.body, request.split)
         except (ValueError, TypeError) as exc:
             raise UpstreamError(f"upstream answered something unusable: {exc}") from exc
 
@@ -151,61 +119,52 @@ class HttpUpstream(Upstream):
         return UpstreamReply(_completion(d), data, None)
 
     async def stream_chat(self, request: UpstreamRequest) -> AsyncIterator[StreamChunk]:
-        try:
-            async with self.client.post(self.base_url + "/chat/completions",
-                                        data=request.payload) as r:
-                if r.status >= 400:
-                    raise _refused(await r.read(), r.status)
-                async for line in _lines(r.content):
-                    if not line.startswith(b"data:"):
-                        continue
-                    data = line[5:].strip()
-                    if data == b"[DONE]":
-                        return
-                    try:
-                        d, span = loads_split(data)
-                    except ValueError as exc:
-                        raise UpstreamError(f"upstream sent a malformed chunk: {exc}") from exc
-                    if "error" in d and not d.get("choices"):
-                        raise UpstreamError(upstream_message(data, 502))
-                    yield StreamChunk(line, d, span)
-        except (aiohttp.ClientError, OSError, TimeoutError) as exc:
-            raise _failed(exc) from exc
+        async with self.client.stream("POST", self.path + "/chat/completions",
+                                      request.payload) as s:
+            if s.status >= 400:
+                raise _refused(await s.read(), s.status)
+            async for line in _lines(s.chunks()):
+                if not line.startswith(b"data:"):
+                    continue
+                data = line[5:].strip()
+                if data == b"[DONE]":
+                    return
+                try:
+                    d, span = loads_split(data)
+                except ValueError as exc:
+                    raise UpstreamError(f"upstream sent a malformed chunk: {exc}") from exc
+                if "error" in d and not d.get("choices"):
+                    raise UpstreamError(upstream_message(data, 502))
+                yield StreamChunk(line, d, span)
 
     async def models(self) -> bytes:
-        try:
-            async with self.client.get(self.base_url + "/models") as r:
-                data = await r.read()
-                status = r.status
-        except (aiohttp.ClientError, OSError, TimeoutError) as exc:
-            raise UpstreamError(f"upstream unreachable: {exc}") from exc
-        if status >= 400:
-            raise UpstreamError(upstream_message(data, status))
-        return data
+        answer = await self.client.request("GET", self.path + "/models")
+        if answer.status >= 400:
+            raise UpstreamError(upstream_message(answer.body, answer.status))
+        return answer.body
 
     async def count_tokens(self, body: dict[str, Any]) -> int:
         # vLLM's /tokenize when the server has one, else a one-token generation's usage.
-        root = self.base_url[:-3] if self.base_url.endswith("/v1") else self.base_url
+        root = self.path[:-3] if self.path.endswith("/v1") else self.path
         req = {"model": body.get("model", ""), "messages": body.get("messages", []),
                "add_generation_prompt": True}
         if body.get("tools"):
             req["tools"] = body["tools"]
         try:
-            async with self.client.post(root + "/tokenize", data=orjson.dumps(req)) as r:
-                if r.status == 200:
-                    d = orjson.loads(await r.read())
-                    if isinstance(d, dict) and isinstance(d.get("count"), int):
-                        return int(d["count"])
+            answer = await self.client.request("POST", root + "/tokenize", orjson.dumps(req))
+            if answer.status == 200:
+                d = orjson.loads(answer.body)
+                if isinstance(d, dict) and isinstance(d.get("count"), int):
+                    return int(d["count"])
             probe = {**{k: v for k, v in body.items() if k != "stream"}, "max_tokens": 1}
-            async with self.client.post(self.base_url + "/chat/completions",
-                                        data=orjson.dumps(probe)) as r:
-                data = await r.read()
-                if r.status == 200:
-                    d = orjson.loads(data)
-                    if isinstance(d, dict) and isinstance(d.get("usage"), dict):
-                        return int(d["usage"].get("prompt_tokens", 0))
-                raise UpstreamError(f"upstream cannot count tokens (status {r.status})")
-        except (aiohttp.ClientError, OSError, TimeoutError, ValueError) as exc:
+            answer = await self.client.request("POST", self.path + "/chat/completions",
+                                               orjson.dumps(probe))
+            if answer.status == 200:
+                d = orjson.loads(answer.body)
+                if isinstance(d, dict) and isinstance(d.get("usage"), dict):
+                    return int(d["usage"].get("prompt_tokens", 0))
+            raise UpstreamError(f"upstream cannot count tokens (status {answer.status})")
+        except (ValueError, TypeError) as exc:
             raise UpstreamError(f"upstream cannot count tokens: {exc}") from exc
 
 

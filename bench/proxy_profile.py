@@ -1,0 +1,141 @@
+"""Where the proxy's CPU per turn goes: drives one target of bench/proxy.py (the proxy, or a
+floor) under one steady load and reports its CPU per turn, optionally sampled by py-spy.
+
+Not a bench (it prints no JSON lines and has no baseline): a tool for the next cut. The
+processes are bench/proxy.py's own (fake upstream, proxy, floors); the load is its 64-session
+one (``--load sessions``, every turn a new user message) or turns 5-24 of fresh
+conversations, one at a time (``--load turn10``).
+
+Run: ``.venv/bin/python bench/proxy_profile.py [SECONDS] [--target proxy|floor|floor_ids]
+[--load sessions|turn10] [--py-spy PATH_TO_PY_SPY] [--out FILE]``. With ``--py-spy`` the
+target is sampled at 2 kHz for the whole load and ``FILE`` (default
+``/tmp/proxy_profile.txt``) gets py-spy's raw (collapsed) stacks; the summary printed is
+the share of samples each function is on the stack of (inclusive) and at the top of
+(self), heaviest first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import multiprocessing as mp
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import orjson
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _common import read_clock
+from proxy import _floor_main, _load, _pin, _proxy_main, _upstream_main
+
+
+def _arg(name: str, default: str) -> str:
+    if name in sys.argv:
+        return sys.argv[sys.argv.index(name) + 1]
+    return default
+
+
+async def _turn10(target: tuple[str, str], seconds: float) -> int:
+    """Turns 5-24 of fresh conversations, one request at a time, for ``seconds``."""
+    url, secret = target
+    n = 0
+    end = time.perf_counter() + seconds
+    conv = 0
+    async with aiohttp.ClientSession() as c:
+        while time.perf_counter() < end:
+            conv += 1
+            msgs: list[dict[str, Any]] = [{"role": "system", "content": "bench " * 20}]
+            for k in range(1, 25):
+                msgs.append({"role": "user", "content": f"c{conv} turn {k}: " + "words " * 10})
+                async with c.post(url + "/chat/completions",
+                                  data=orjson.dumps({"model": "fake", "messages": msgs}),
+                                  headers={"Authorization": f"Bearer {secret}",
+                                           "Content-Type": "application/json"}) as r:
+                    await r.read()
+                    assert r.status == 200, r.status
+                msgs.append({"role": "assistant", "content": f"ok {len(msgs)}"})
+                n += 1
+    return n
+
+
+def _summary(path: str, top: int = 40) -> None:
+    incl: collections.Counter[str] = collections.Counter()
+    own: collections.Counter[str] = collections.Counter()
+    total = 0
+    for line in Path(path).read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not stack:
+            continue
+        k = int(count)
+        total += k
+        frames = stack.split(";")
+        for f in dict.fromkeys(frames):
+            incl[f] += k
+        own[frames[-1]] += k
+    print(f"{total} samples")
+    print("inclusive:")
+    for f, k in incl.most_common(top):
+        print(f"  {100 * k / total:5.1f}%  {f}")
+    print("self:")
+    for f, k in own.most_common(top):
+        print(f"  {100 * k / total:5.1f}%  {f}")
+
+
+async def _run(seconds: float, target: str, load: str, spy: str | None, out: str) -> None:
+    ctx = mp.get_context("spawn")
+    q: Any = ctx.Queue()
+    loop = asyncio.get_running_loop()
+    procs = []
+    try:
+        up = ctx.Process(target=_upstream_main, args=(q,), daemon=True)
+        up.start()
+        procs.append(up)
+        upstream = await loop.run_in_executor(None, q.get, True, 60)
+        clock, child = ctx.Pipe()
+        if target == "proxy":
+            px = ctx.Process(target=_proxy_main, args=(upstream, 64, q, child), daemon=True)
+        else:
+            px = ctx.Process(target=_floor_main, args=(upstream, q, child, target == "floor_ids"),
+                             daemon=True)
+        px.start()
+        procs.append(px)
+        got = await loop.run_in_executor(None, q.get, True, 60)
+        targets = got if target == "proxy" else [(got, "x")] * 64
+        _pin([px.pid or 0], [up.pid or 0])
+        fields = target == "floor_ids"
+        await _load(targets, 500, 1.0, fields)  # warm up
+        sampler = None
+        if spy:
+            sampler = await asyncio.create_subprocess_exec(
+                spy, "record", "-p", str(px.pid), "-r", "2000", "-f", "raw", "-o", out,
+                "-d", str(int(seconds) + 1), "--nonblocking", stdout=asyncio.subprocess.DEVNULL)
+            await asyncio.sleep(0.5)
+        c0 = read_clock(clock)
+        if load == "sessions":
+            n = len(await _load(targets, 500, seconds, fields))
+        else:
+            n = await _turn10(targets[0], seconds)
+        cpu = read_clock(clock) - c0
+        print(f"{target} {load}: {n} turns, {cpu * 1000 / n:.3f} ms CPU per turn")
+        if sampler is not None:
+            await sampler.wait()
+            _summary(out)
+    finally:
+        for p in procs:
+            p.terminate()
+
+
+def main() -> int:
+    args = [a for i, a in enumerate(sys.argv[1:], 1)
+            if not a.startswith("--") and not sys.argv[i - 1].startswith("--")]
+    seconds = float(args[0]) if args else 10.0
+    asyncio.run(_run(seconds, _arg("--target", "proxy"), _arg("--load", "sessions"),
+                     _arg("--py-spy", "") or None, _arg("--out", "/tmp/proxy_profile.txt")))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
