@@ -3,11 +3,12 @@ floor) under one steady load and reports its CPU per turn, optionally sampled by
 
 Not a bench (it prints no JSON lines and has no baseline): a tool for the next cut. The
 processes are bench/proxy.py's own (fake upstream, proxy, floors); the load is its 64-session
-one (``--load sessions``, every turn a new user message) or turns 5-24 of fresh
-conversations, one at a time (``--load turn10``).
+one (``--load sessions``, every turn a new user message), turns 1-24 of fresh
+conversations, one at a time (``--load turn10``), or one conversation from turn 1,000 on
+(``--load turn1000``; the 1,000 turns before are run first, unsampled).
 
 Run: ``.venv/bin/python bench/proxy_profile.py [SECONDS] [--target proxy|floor|floor_ids]
-[--load sessions|turn10] [--py-spy PATH_TO_PY_SPY] [--out FILE]``. With ``--py-spy`` the
+[--load sessions|turn10|turn1000] [--py-spy PATH_TO_PY_SPY] [--out FILE]``. With ``--py-spy`` the
 target is sampled at 2 kHz for the whole load and ``FILE`` (default
 ``/tmp/proxy_profile.txt``) gets py-spy's raw (collapsed) stacks; the summary printed is
 the share of samples each function is on the stack of (inclusive) and at the top of
@@ -38,26 +39,41 @@ def _arg(name: str, default: str) -> str:
     return default
 
 
-async def _turn10(target: tuple[str, str], seconds: float) -> int:
-    """Turns 5-24 of fresh conversations, one request at a time, for ``seconds``."""
-    url, secret = target
-    n = 0
+class _Conversation:
+    """One harness conversation through a target, a request at a time."""
+
+    def __init__(self, c: aiohttp.ClientSession, target: tuple[str, str], tag: str) -> None:
+        self.c, self.url, self.tag = c, target[0] + "/chat/completions", tag
+        self.headers = {"Authorization": f"Bearer {target[1]}",
+                        "Content-Type": "application/json"}
+        self.msgs: list[dict[str, Any]] = [{"role": "system", "content": "bench " * 20}]
+
+    async def turn(self) -> None:
+        k = len(self.msgs) // 2 + 1
+        self.msgs.append({"role": "user", "content": f"{self.tag} turn {k}: " + "words " * 10})
+        body = orjson.dumps({"model": "fake", "messages": self.msgs})
+        async with self.c.post(self.url, data=body, headers=self.headers) as r:
+            await r.read()
+            assert r.status == 200, r.status
+        self.msgs.append({"role": "assistant", "content": f"ok {len(self.msgs)}"})
+
+
+async def _one_session(c: aiohttp.ClientSession, target: tuple[str, str], seconds: float,
+                       long: _Conversation | None) -> int:
+    """One request at a time for ``seconds``: turns of ``long`` when given, else turns 1-24
+    of fresh conversations."""
+    n, conv = 0, 0
     end = time.perf_counter() + seconds
-    conv = 0
-    async with aiohttp.ClientSession() as c:
-        while time.perf_counter() < end:
-            conv += 1
-            msgs: list[dict[str, Any]] = [{"role": "system", "content": "bench " * 20}]
-            for k in range(1, 25):
-                msgs.append({"role": "user", "content": f"c{conv} turn {k}: " + "words " * 10})
-                async with c.post(url + "/chat/completions",
-                                  data=orjson.dumps({"model": "fake", "messages": msgs}),
-                                  headers={"Authorization": f"Bearer {secret}",
-                                           "Content-Type": "application/json"}) as r:
-                    await r.read()
-                    assert r.status == 200, r.status
-                msgs.append({"role": "assistant", "content": f"ok {len(msgs)}"})
-                n += 1
+    while time.perf_counter() < end:
+        if long is not None:
+            await long.turn()
+            n += 1
+            continue
+        conv += 1
+        fresh = _Conversation(c, target, f"c{conv}")
+        for _ in range(24):
+            await fresh.turn()
+            n += 1
     return n
 
 
@@ -107,6 +123,12 @@ async def _run(seconds: float, target: str, load: str, spy: str | None, out: str
         _pin([px.pid or 0], [up.pid or 0])
         fields = target == "floor_ids"
         await _load(targets, 500, 1.0, fields)  # warm up
+        c = aiohttp.ClientSession()
+        long = None
+        if load == "turn1000":
+            long = _Conversation(c, targets[0], "long")
+            for _ in range(1000):
+                await long.turn()
         sampler = None
         if spy:
             sampler = await asyncio.create_subprocess_exec(
@@ -117,7 +139,8 @@ async def _run(seconds: float, target: str, load: str, spy: str | None, out: str
         if load == "sessions":
             n = len(await _load(targets, 500, seconds, fields))
         else:
-            n = await _turn10(targets[0], seconds)
+            n = await _one_session(c, targets[0], seconds, long)
+        await c.close()
         cpu = read_clock(clock) - c0
         print(f"{target} {load}: {n} turns, {cpu * 1000 / n:.3f} ms CPU per turn")
         if sampler is not None:
