@@ -253,3 +253,24 @@ def test_a_header_with_a_line_break_or_a_foreign_url_is_refused() -> None:
         HttpClient("http://127.0.0.1:1/v1", headers={"Authorization": "Bearer k\r\nX: y"})
     with pytest.raises(ValueError, match="must be http"):
         HttpClient("ftp://127.0.0.1/v1")
+
+
+async def test_a_body_in_pieces_is_read_whole_and_bytes_past_its_length_fail() -> None:
+    body = b"b" * 300_000
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                     n: int) -> bool:
+        writer.write(_ok(body)[:-200_000])  # the head and part of the body, then the rest
+        await writer.drain()
+        await asyncio.sleep(0.05)
+        writer.write(body[-200_000:] + (b"extra" if n == 2 else b""))
+        await writer.drain()
+        return True
+
+    async for _, url in _serve(answer):
+        client = HttpClient(url)
+        assert (await client.request("GET", "/")).body == body
+        with pytest.raises(UpstreamError, match="more than its Content-Length"):
+            await client.request("GET", "/")
+        assert (await client.request("GET", "/")).body == body
+        await client.close()

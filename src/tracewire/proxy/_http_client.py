@@ -111,6 +111,12 @@ class _Conn(asyncio.Protocol):
         self.error: UpstreamError | None = None
         self.decoder: _Decoder | None = None
         self.paused = False
+        #: Body bytes still to come of a plain Content-Length answer, taken straight from
+        #: the socket once the parser saw the headers (-1: the parser reads the body).
+        self.left = -1
+        if loop is not None and self.used > 1:
+            # A fresh parser per exchange: the last one may have stopped mid-body.
+            self.parser = httptools.HttpResponseParser(self)
 
     # -- asyncio.Protocol ------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -121,6 +127,18 @@ class _Conn(asyncio.Protocol):
         self.received = True
         if self.waiter is None or self.done:
             self._fail("the server sent bytes nobody asked for")
+            return
+        if self.left > 0:
+            # Past the headers of a Content-Length answer: the socket's own bytes objects
+            # are kept (the parser's body callback would copy each of them once more).
+            n = len(data)
+            if n > self.left:
+                self._fail("the server sent more than its Content-Length")
+                return
+            self.parts.append(data)
+            self.left -= n
+            if self.left == 0:
+                self._complete()
             return
         try:
             self.parser.feed_data(data)
@@ -159,6 +177,13 @@ class _Conn(asyncio.Protocol):
                 self._fail(f"unsupported content encoding {coding!r}")
                 return
             self.decoder = _Decoder(coding)
+        elif not self.stream and "transfer-encoding" not in self.headers:
+            n = self.headers.get("content-length", "")
+            if n.isdigit():
+                if int(n) > self.limit:
+                    self._fail(f"answer larger than {self.limit} bytes")
+                    return
+                self.left = int(n)
         if self.stream:
             self._wake()
 
@@ -176,6 +201,8 @@ class _Conn(asyncio.Protocol):
             self._fail(f"answer larger than {self.limit} bytes")
             return
         self.parts.append(body)
+        if self.left > 0:
+            self.left -= len(body)
         if self.stream:
             self.buffered += len(body)
             if self.buffered > _HIGH_WATER and not self.paused and self.transport is not None:
@@ -185,6 +212,7 @@ class _Conn(asyncio.Protocol):
 
     def on_message_complete(self) -> None:
         if self.error is None:
+            self.left = -1
             self._complete()
 
     # -- the exchange ----------------------------------------------------------------------
