@@ -31,6 +31,7 @@ from ._errors import (
     SessionError,
     StoreError,
     TracewireError,
+    UpstreamConfigError,
     UpstreamError,
     WorkerDiedError,
 )
@@ -121,6 +122,7 @@ __all__ = [
     "ToolCall",
     "Trace",
     "TracewireError",
+    "UpstreamConfigError",
     "UpstreamError",
     "WorkerDiedError",
     "__version__",

@@ -16,6 +16,7 @@ the built-in exception it stands in for, so ``except ValueError`` keeps working:
     ├── ProxyError (RuntimeError)           proxy/session server failure
     │   ├── UpstreamError                   the upstream model server failed or answered badly
     │   │   └── UpstreamShapeError *        token-in reply unusable (logprobs ≠ completion)
+    │   ├── UpstreamConfigError (ValueError) the upstream's URL or headers cannot be used
     │   ├── TemplateError (ValueError) ***  tokenizer dir or chat template unusable
     │   ├── BridgeError (ValueError) *      new messages do not extend the recorded ids
     │   └── TruncatedTurnError (ValueError) * extending a length-cut turn under "refuse"
@@ -69,6 +70,7 @@ __all__ = [
     "SessionError",
     "StoreError",
     "TracewireError",
+    "UpstreamConfigError",
     "UpstreamError",
     "WorkerDiedError",
 ]
@@ -126,6 +128,11 @@ class UpstreamError(ProxyError):
     def __init__(self, message: str = "", status: int = 502) -> None:
         super().__init__(message)
         self.status = status
+
+
+class UpstreamConfigError(ProxyError, ValueError):
+    """The upstream's base URL or headers cannot be used (not ``http(s)://HOST...``, a
+    header holding a line break)."""
 
 
 class SessionError(TracewireError, LookupError):

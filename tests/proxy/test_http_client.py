@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import asyncio
 import gzip
+import subprocess
+import sys
 import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
 
-from tracewire._errors import UpstreamError
+from tracewire._errors import UpstreamConfigError, UpstreamError
 from tracewire.proxy._http_client import HttpClient
 
 Answerer = Callable[[asyncio.StreamReader, asyncio.StreamWriter, int], Awaitable[bool]]
@@ -249,9 +251,9 @@ async def test_a_stream_arrives_in_pieces_and_pauses_the_socket_when_not_read() 
 
 
 def test_a_header_with_a_line_break_or_a_foreign_url_is_refused() -> None:
-    with pytest.raises(ValueError, match="line break"):
+    with pytest.raises(UpstreamConfigError, match="line break"):
         HttpClient("http://127.0.0.1:1/v1", headers={"Authorization": "Bearer k\r\nX: y"})
-    with pytest.raises(ValueError, match="must be http"):
+    with pytest.raises(UpstreamConfigError, match="must be http"):
         HttpClient("ftp://127.0.0.1/v1")
 
 
@@ -274,3 +276,11 @@ async def test_a_body_in_pieces_is_read_whole_and_bytes_past_its_length_fail() -
             await client.request("GET", "/")
         assert (await client.request("GET", "/")).body == body
         await client.close()
+
+
+def test_the_proxy_command_says_what_is_wrong_with_a_bad_upstream_url() -> None:
+    r = subprocess.run([sys.executable, "-m", "tracewire", "proxy", "--upstream",
+                        "localhost:8000/v1"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2
+    assert r.stderr.strip() == ("tracewire proxy: upstream URL must be "
+                                "http(s)://HOST[:PORT]/..., not 'localhost:8000/v1'")

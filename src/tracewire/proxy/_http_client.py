@@ -13,7 +13,8 @@ bound on an answer's size; TLS for ``https``. A reused connection the server clo
 sending a byte of its answer is retried once on a fresh one (the keep-alive race: uvicorn,
 vLLM's server, closes idle connections after 5 s, and the request was never read).
 What it does not: redirects, proxies, cookies, HTTP/2, ``Expect: 100-continue``.
-Failures are :class:`~tracewire.UpstreamError` with the message ``upstream failed: ...``.
+Failures are :class:`~tracewire.UpstreamError` with the message ``upstream failed: ...``;
+an unusable URL or header is :class:`~tracewire.UpstreamConfigError` when the client is made.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from typing import Any
 import httptools
 from yarl import URL
 
-from .._errors import UpstreamError
+from .._errors import UpstreamConfigError, UpstreamError
 from .._version import __version__
 
 __all__ = ["Answer", "HttpClient", "Streamed"]
@@ -264,7 +265,8 @@ class HttpClient:
                  max_answer_bytes: int = 1 << 30) -> None:
         u = URL(url)
         if u.scheme not in ("http", "https") or not u.host:
-            raise ValueError(f"upstream URL must be http(s)://HOST[:PORT]/..., not {url!r}")
+            raise UpstreamConfigError(
+                f"upstream URL must be http(s)://HOST[:PORT]/..., not {url!r}")
         self.host = u.host
         self.port = u.port or (443 if u.scheme == "https" else 80)
         self.ssl: ssl.SSLContext | None = (
@@ -283,7 +285,7 @@ class HttpClient:
                  "Accept-Encoding": "identity", **(headers or {})}
         for k, v in fixed.items():
             if any(c in f"{k}{v}" for c in "\r\n\0"):
-                raise ValueError(f"header {k!r} holds a line break or NUL")
+                raise UpstreamConfigError(f"header {k!r} holds a line break or NUL")
         self._head = "".join(f"{k}: {v}\r\n" for k, v in fixed.items()).encode("latin-1")
         self._idle: list[_Conn] = []
         self._open = 0
