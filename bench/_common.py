@@ -93,7 +93,7 @@ async def serve_app(app: Any) -> str:
     return f"http://127.0.0.1:{runner.addresses[0][1]}"
 
 
-def pass_through(target: str, route: str, token_fields: bytes = b"") -> Any:
+def pass_through(target: str, route: str, token_fields: bytes = b"", lean: bool = False) -> Any:
     """The floor: a bare aiohttp pass-through that POSTs what ``route`` receives to
     ``target`` and answers with its body (same server and client stack as the proxy, nothing
     parsed, added or recorded): what any aiohttp-based proxy pays per turn.
@@ -103,7 +103,10 @@ def pass_through(target: str, route: str, token_fields: bytes = b"") -> Any:
     the upstream sends the answer a recording proxy must receive (vLLM's whole
     ``prompt_token_ids`` every turn), and the answer is relayed with that last top-level
     member cut off by one ``rfind``, so the harness gets about what the proxy sends it. Still
-    nothing is parsed: what any proxy that asks for token ids pays per turn."""
+    nothing is parsed: what any proxy that asks for token ids pays per turn.
+
+    With ``lean`` the upstream hop uses the proxy's own client (``proxy/_http_client``)
+    instead of aiohttp's: the proxy exactly, less everything it parses and records."""
     import aiohttp
     from aiohttp import web
 
@@ -117,6 +120,29 @@ def pass_through(target: str, route: str, token_fields: bytes = b"") -> Any:
         client.append(aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=0), cookie_jar=aiohttp.DummyCookieJar(),
             headers={"Content-Type": "application/json"}))
+
+    lean_client: list[Any] = []
+
+    async def start_lean(_app: web.Application) -> None:
+        from tracewire.proxy._http_client import HttpClient
+
+        lean_client.append(HttpClient(target, headers={"Content-Type": "application/json"}))
+
+    async def forward_lean(request: web.Request) -> web.Response:
+        body = await request.read()
+        if token_fields:
+            body = body[:body.rindex(b"}")] + b"," + token_fields + b"}"
+        a = await lean_client[0].request("POST", path, body)
+        answer = a.body
+        if token_fields:
+            at = answer.rfind(cut)
+            if at > 0:
+                answer = answer[:at] + b"}"
+        return web.Response(body=answer, status=a.status, content_type="application/json")
+
+    from yarl import URL
+
+    path = URL(target).raw_path
 
     async def forward(request: web.Request) -> web.Response:
         body = await request.read()
@@ -133,6 +159,6 @@ def pass_through(target: str, route: str, token_fields: bytes = b"") -> Any:
             return web.Response(body=answer, status=r.status, content_type="application/json")
 
     app = web.Application(client_max_size=1 << 30)
-    app.on_startup.append(start)
-    app.router.add_post(route, forward)
+    app.on_startup.append(start_lean if lean else start)
+    app.router.add_post(route, forward_lean if lean else forward)
     return app

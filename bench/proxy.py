@@ -25,7 +25,10 @@ for the proxy's token fields and relays the answer with its ``prompt_token_ids``
 what any proxy that records token ids must receive (the whole prompt's ids every turn, as
 vLLM answers) without anything a recording adds. ``vs_floor_*`` and ``vs_floor_ids_*``
 are the proxy's ratios to each.
-Run: ``.venv/bin/python bench/proxy.py [SECONDS] [--shared-upstream] [--no-pin]``.
+``--lean-floor`` adds ``floor_lean_ids_*``: the same-bytes floor with the proxy's own
+upstream client instead of aiohttp's (``pass_through(lean=True)``), i.e. the proxy less
+everything it parses and records: what the recording itself costs.
+Run: ``.venv/bin/python bench/proxy.py [SECONDS] [--shared-upstream] [--no-pin] [--lean-floor]``.
 """
 
 from __future__ import annotations
@@ -133,7 +136,8 @@ def _proxy_main(upstream: str, n: int, q: Any, clock: Any) -> None:
     asyncio.run(main())
 
 
-def _floor_main(upstream: str, q: Any, clock: Any, same_bytes: bool = False) -> None:
+def _floor_main(upstream: str, q: Any, clock: Any, same_bytes: bool = False,
+                lean: bool = False) -> None:
     """The floor: a bare aiohttp pass-through (same server and client stack as the proxy,
     nothing parsed, added or recorded). What any aiohttp-based proxy pays per turn. With
     ``same_bytes`` it asks for the proxy's token fields and relays the answer without its
@@ -145,7 +149,7 @@ def _floor_main(upstream: str, q: Any, clock: Any, same_bytes: bool = False) -> 
 
     async def main() -> None:
         url = await serve_app(pass_through(upstream + "/chat/completions",
-                                           "/v1/chat/completions", fields))
+                                           "/v1/chat/completions", fields, lean))
         q.put(url + "/v1")
         await asyncio.Event().wait()
 
@@ -348,7 +352,7 @@ _LATE = range(981, 1001)
 _EARLY_ROUNDS = 4
 
 
-async def _run(seconds: float, shared: bool, pin: bool) -> None:
+async def _run(seconds: float, shared: bool, pin: bool, lean: bool = False) -> None:
     ctx = mp.get_context("spawn")
     q: Any = ctx.Queue()
     loop = asyncio.get_running_loop()
@@ -364,10 +368,13 @@ async def _run(seconds: float, shared: bool, pin: bool) -> None:
             runner, upstream = await _start_upstream()
         pclock, pclock_child = ctx.Pipe()
         floors: list[tuple[str, str, Any]] = []
-        for name, same_bytes in (("floor", False), ("floor_ids", True)):
+        kinds = [("floor", False, False), ("floor_ids", True, False)]
+        if lean:
+            kinds.append(("floor_lean_ids", True, True))
+        for name, same_bytes, lean_hop in kinds:
             fclock, fclock_child = ctx.Pipe()
-            fl = ctx.Process(target=_floor_main, args=(upstream, q, fclock_child, same_bytes),
-                             daemon=True)
+            fl = ctx.Process(target=_floor_main,
+                             args=(upstream, q, fclock_child, same_bytes, lean_hop), daemon=True)
             fl.start()
             procs.append(fl)
             floors.append((name, await loop.run_in_executor(None, q.get, True, 60), fclock))
@@ -375,7 +382,7 @@ async def _run(seconds: float, shared: bool, pin: bool) -> None:
                          daemon=True)
         px.start()
         procs.append(px)
-        measured = procs[-3:]
+        measured = procs[-1 - len(floors):]
         if pin:
             # The floors take the proxy's core too: they are measured in its place.
             _pin([p.pid or 0 for p in measured],
@@ -429,7 +436,8 @@ def main() -> int:
     _no_gc()
     args = [a for a in sys.argv[1:] if not a.startswith("--")]
     seconds = float(args[0]) if args else 8.0
-    asyncio.run(_run(seconds, "--shared-upstream" in sys.argv, "--no-pin" not in sys.argv))
+    asyncio.run(_run(seconds, "--shared-upstream" in sys.argv, "--no-pin" not in sys.argv,
+                     "--lean-floor" in sys.argv))
     return 0
 
 

@@ -7,8 +7,9 @@ one (``--load sessions``, every turn a new user message), turns 1-24 of fresh
 conversations, one at a time (``--load turn10``), or one conversation from turn 1,000 on
 (``--load turn1000``; the 1,000 turns before are run first, unsampled).
 
-Run: ``.venv/bin/python bench/proxy_profile.py [SECONDS] [--target proxy|floor|floor_ids]
-[--load sessions|turn10|turn1000] [--py-spy PATH_TO_PY_SPY] [--out FILE]``. With ``--py-spy`` the
+Run: ``.venv/bin/python bench/proxy_profile.py [SECONDS]
+[--target proxy|floor|floor_ids|floor_lean_ids] [--load sessions|turn10|turn1000]
+[--py-spy PATH_TO_PY_SPY] [--out FILE]``. With ``--py-spy`` the
 target is sampled at 2 kHz for the whole load and ``FILE`` (default
 ``/tmp/proxy_profile.txt``) gets py-spy's raw (collapsed) stacks; the summary printed is
 the share of samples each function is on the stack of (inclusive) and at the top of
@@ -114,15 +115,15 @@ async def _run(seconds: float, target: str, load: str, spy: str | None, out: str
         if target == "proxy":
             px = ctx.Process(target=_proxy_main, args=(upstream, 64, q, child), daemon=True)
         else:
-            px = ctx.Process(target=_floor_main, args=(upstream, q, child, target == "floor_ids"),
-                             daemon=True)
+            px = ctx.Process(target=_floor_main, daemon=True, args=(
+                upstream, q, child, target != "floor", target == "floor_lean_ids"))
         px.start()
         procs.append(px)
         got = await loop.run_in_executor(None, q.get, True, 60)
         targets = got if target == "proxy" else [(got, "x")] * 64
         _pin([px.pid or 0], [up.pid or 0])
-        fields = target == "floor_ids"
-        await _load(targets, 500, 1.0, fields)  # warm up
+        # The harness never asks for token ids: the proxy and the same-bytes floors add them.
+        await _load(targets, 500, 1.0, False)  # warm up
         c = aiohttp.ClientSession()
         long = None
         if load == "turn1000":
@@ -137,7 +138,7 @@ async def _run(seconds: float, target: str, load: str, spy: str | None, out: str
             await asyncio.sleep(0.5)
         c0 = read_clock(clock)
         if load == "sessions":
-            n = len(await _load(targets, 500, seconds, fields))
+            n = len(await _load(targets, 500, seconds, False))
         else:
             n = await _one_session(c, targets[0], seconds, long)
         await c.close()
