@@ -2,10 +2,11 @@
 answers parsed by httptools (llhttp, in C), one wake-up per whole answer.
 
 Why not aiohttp's client: the proxy makes one upstream call per turn, and
-``aiohttp.ClientSession.post`` spent ~210 µs of CPU per call on the 2-core VM where this
-client spends ~65 µs (bench/README.md, proxy): request and response objects, header
-multidicts, a timer context and several tasks' worth of wake-ups per call, for features an
-inference server never needs. The harness side stays on aiohttp's server.
+``aiohttp.ClientSession.post`` spends 130-200 µs of CPU per call on the 2-core VM where
+this client spends 50-80 µs (``bench/http_client.py``; bench/README.md, proxy): request
+and response objects, header multidicts, a timer context and several tasks' worth of
+wake-ups per call, for features an inference server never needs. The harness side stays on
+aiohttp's server.
 
 What it does: any method with a bytes body; answers framed by ``Content-Length``, chunked,
 or the connection's close; ``gzip``/``deflate`` bodies decoded; a total timeout per call; a
