@@ -109,6 +109,7 @@ def pass_through(target: str, route: str, token_fields: bytes = b"", lean: bool 
     instead of aiohttp's: the proxy exactly, less everything it parses and records."""
     import aiohttp
     from aiohttp import web
+    from yarl import URL
 
     client: list[aiohttp.ClientSession] = []
     cut = b',"prompt_token_ids":'
@@ -128,34 +129,26 @@ def pass_through(target: str, route: str, token_fields: bytes = b"", lean: bool 
 
         lean_client.append(HttpClient(target, headers={"Content-Type": "application/json"}))
 
-    async def forward_lean(request: web.Request) -> web.Response:
-        body = await request.read()
-        if token_fields:
-            body = body[:body.rindex(b"}")] + b"," + token_fields + b"}"
-        a = await lean_client[0].request("POST", path, body)
-        answer = a.body
-        if token_fields:
-            at = answer.rfind(cut)
-            if at > 0:
-                answer = answer[:at] + b"}"
-        return web.Response(body=answer, status=a.status, content_type="application/json")
+    def with_fields(body: bytes) -> bytes:
+        return body[:body.rindex(b"}")] + b"," + token_fields + b"}" if token_fields else body
 
-    from yarl import URL
+    def without_ids(answer: bytes) -> bytes:
+        at = answer.rfind(cut) if token_fields else -1
+        return answer[:at] + b"}" if at > 0 else answer
 
     path = URL(target).raw_path
 
+    async def forward_lean(request: web.Request) -> web.Response:
+        a = await lean_client[0].request("POST", path, with_fields(await request.read()))
+        return web.Response(body=without_ids(a.body), status=a.status,
+                            content_type="application/json")
+
     async def forward(request: web.Request) -> web.Response:
-        body = await request.read()
-        if token_fields:
-            body = body[:body.rindex(b"}")] + b"," + token_fields + b"}"
+        body = with_fields(await request.read())
         # The same-bytes floor reads as the proxy does: a read buffer that holds the whole
         # answer, so its 400 KB of ids never pause the socket (aiohttp's default is 64 KB).
         async with client[0].post(target, data=body, read_bufsize=bufsize) as r:
-            answer = await r.read()
-            if token_fields:
-                at = answer.rfind(cut)
-                if at > 0:
-                    answer = answer[:at] + b"}"
+            answer = without_ids(await r.read())
             return web.Response(body=answer, status=r.status, content_type="application/json")
 
     app = web.Application(client_max_size=1 << 30)

@@ -90,7 +90,6 @@ class _Conn(asyncio.Protocol):
         self.lost = False
         self.used = 0
         self.idle_since = 0.0
-        self.deadline = 0.0
         self.begin(None, False, 0.0)
 
     def begin(self, loop: asyncio.AbstractEventLoop | None, stream: bool,
@@ -369,12 +368,8 @@ class HttpClient:
     async def _acquire(self, *, fresh: bool) -> _Conn:
         if self._closed:
             raise _failed("client closed")
-        now = time.monotonic()
-        while self._idle and not fresh:
-            conn = self._idle.pop()
-            if not conn.lost and now - conn.idle_since < _IDLE_S:
-                return conn
-            self._drop(conn)
+        if not fresh and (conn := self._pop_idle()) is not None:
+            return conn
         while self._open >= self.connections:
             w = asyncio.get_running_loop().create_future()
             self._waiters.append(w)
@@ -384,11 +379,8 @@ class HttpClient:
                 if w.done() and not w.cancelled():
                     self._wake_one()  # woken, then cancelled: pass the wake-up on
                 raise
-            if self._idle and not fresh:
-                conn = self._idle.pop()
-                if not conn.lost:
-                    return conn
-                self._drop(conn)
+            if not fresh and (conn := self._pop_idle()) is not None:
+                return conn
         self._open += 1
         try:
             _, conn = await asyncio.get_running_loop().create_connection(
@@ -403,6 +395,17 @@ class HttpClient:
             self._wake_one()
             raise
         return conn
+
+    def _pop_idle(self) -> _Conn | None:
+        """The most recently used idle connection still open and fresh enough; the stale
+        ones found on the way are closed."""
+        now = time.monotonic()
+        while self._idle:
+            conn = self._idle.pop()
+            if not conn.lost and now - conn.idle_since < _IDLE_S:
+                return conn
+            self._drop(conn)
+        return None
 
     def _release(self, conn: _Conn) -> None:
         """Back to the pool when the exchange ended cleanly and the server keeps it."""
